@@ -1,0 +1,35 @@
+"""ASGI entry point: HTTP to Django (static files included), WebSocket through origin and auth checks.
+
+Daphne does not speak the ASGI lifespan protocol, so the default model starts loading here, at import,
+in a background thread (MOONCAKE_AUTOLOAD; off in tests).
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
+django_asgi_app = get_asgi_application()
+
+# Imported after Django is set up: consumers import models.
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+from webapp.core.engine import start_default_model_in_background  # noqa: E402
+from webapp.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        # Only /static/ requests take the static handler; everything else goes straight to Django.
+        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)
+
+if settings.MOONCAKE_AUTOLOAD:
+    start_default_model_in_background()

@@ -1,0 +1,149 @@
+"""The process-wide model manager: built from settings.MOONCAKE, loaded in the background at server start.
+
+`inference` (and so torch) is imported only when a manager is built, so management commands and Celery
+workers, which never run models, start without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from inference import AsyncEngine, EngineConfig, ModelManager
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+_WEB_ONLY_KEYS = ("served_model_name", "aliases")
+
+_lock = threading.Lock()
+_manager: ModelManager | Any | None = None
+
+
+def engine_config_dict(mooncake: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The yaml `model` and `engine` sections merged, as `EngineConfig.from_dict` takes them."""
+    merged = {**mooncake.get("model", {}), **mooncake.get("engine", {})}
+    for key in _WEB_ONLY_KEYS:
+        merged.pop(key, None)
+    return merged
+
+
+def build_engine_config(mooncake: dict[str, dict[str, Any]]) -> EngineConfig:
+    from inference import EngineConfig
+
+    return EngineConfig.from_dict(engine_config_dict(mooncake))
+
+
+def served_model_name(mooncake: dict[str, dict[str, Any]]) -> str:
+    """The name API clients use: `model.served_model_name`, else derived from the model's source."""
+    model = mooncake.get("model", {})
+    explicit = model.get("served_model_name")
+    if explicit:
+        return str(explicit)
+    source = str(model.get("model_id") or model.get("model") or "default")
+    if source == "default":
+        return DEFAULT_MODEL_NAME
+    path = Path(source)
+    return path.stem if path.suffix == ".gguf" else path.name or source
+
+
+def _build_manager() -> ModelManager:
+    from inference import ModelManager
+
+    # The loader reads its cache folder from the environment; keep it under our data directory.
+    os.environ.setdefault("MOONCAKE_CACHE_DIR", str(settings.CACHE_DIR))
+    budget = settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
+    manager = ModelManager(memory_budget_bytes=budget)
+    mooncake = settings.MOONCAKE
+    name = served_model_name(mooncake)
+    aliases = [str(a) for a in mooncake.get("model", {}).get("aliases", [])]
+    if name != "default" and "default" not in aliases:
+        aliases.append("default")
+    manager.register(name, build_engine_config(mooncake), aliases=aliases)
+    manager.set_default(name)
+    return manager
+
+
+def peek_manager() -> ModelManager | Any | None:
+    """The manager if one exists; never creates it (health must not fake an engine into being)."""
+    return _manager
+
+
+def get_manager() -> ModelManager:
+    global _manager
+    with _lock:
+        if _manager is None:
+            _manager = _build_manager()
+        return _manager  # type: ignore[return-value]
+
+
+def set_manager(manager: ModelManager | Any | None) -> None:
+    """Install a manager (tests install a fake); None forgets the current one without shutting it down."""
+    global _manager
+    with _lock:
+        _manager = manager
+
+
+async def get_engine(model: str | None = None) -> AsyncEngine:
+    """The loaded engine for `model` (None = default); raises UnknownModelError / NoModelLoadedError."""
+    manager = await asyncio.to_thread(get_manager) if _manager is None else _manager
+    return manager.get(model)  # type: ignore[no-any-return]
+
+
+def _load_default() -> None:
+    try:
+        manager = get_manager()
+        name = manager.default_name
+        if name is None:
+            logger.warning("No default model is configured; nothing to load.")
+            return
+        logger.info("Loading the default model %s", name)
+        manager.load(name)
+        logger.info("Default model %s is ready", name)
+    except Exception:
+        # /health reports the failure from the manager's state; the server stays up for the console.
+        logger.exception("Loading the default model failed")
+
+
+def start_default_model_in_background() -> threading.Thread:
+    thread = threading.Thread(target=_load_default, name="mooncake-autoload", daemon=True)
+    thread.start()
+    return thread
+
+
+def engines_busy() -> int:
+    """Requests running or waiting across loaded engines (what a draining server waits for)."""
+    manager = _manager
+    if manager is None:
+        return 0
+    busy = 0
+    for info in manager.list():
+        if info.state != "loaded":
+            continue
+        try:
+            stats = manager.get(info.name).stats()
+        except Exception:
+            logger.debug("Engine %s vanished while counting busy requests", info.name, exc_info=True)
+            continue
+        busy += int(stats.num_running) + int(stats.num_waiting)
+    return busy
+
+
+def shutdown_engines(*, drain_timeout: float = 0.0) -> None:
+    """Unload every loaded model, letting running requests finish within `drain_timeout` seconds."""
+    manager = _manager
+    if manager is None:
+        return
+    for info in manager.list():
+        if info.state in ("loaded", "loading"):
+            try:
+                manager.unload(info.name, drain_timeout=drain_timeout)
+            except Exception:
+                logger.exception("Unloading %s failed", info.name)

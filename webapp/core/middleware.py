@@ -1,0 +1,69 @@
+"""First run: until an account exists, every page leads to /setup/ (as Grafana and Open WebUI do)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+
+from webapp.core.selectors import ausers_exist, users_exist
+
+# Machine endpoints and assets never redirect: probes, scrapers and API clients expect their own answers.
+EXEMPT_PREFIXES = (
+    "/setup/",
+    "/static/",
+    "/health",
+    "/version",
+    "/metrics",
+    "/v1/",
+    "/tokenize",
+    "/detokenize",
+)
+
+_setup_done = False
+
+
+def reset_first_run_cache() -> None:
+    """Forget that setup happened (tests delete every account between cases)."""
+    global _setup_done
+    _setup_done = False
+
+
+def _needs_check(request: HttpRequest) -> bool:
+    return not _setup_done and not request.path.startswith(EXEMPT_PREFIXES)
+
+
+def _redirect() -> HttpResponse:
+    return HttpResponseRedirect(reverse("core:setup"))
+
+
+def first_run_setup_middleware(
+    get_response: Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]],
+) -> Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]:
+    if iscoroutinefunction(get_response):
+
+        async def amiddleware(request: HttpRequest) -> HttpResponse:
+            global _setup_done
+            if _needs_check(request):
+                if not await ausers_exist():
+                    return _redirect()
+                _setup_done = True
+            return await get_response(request)
+
+        return markcoroutinefunction(amiddleware)
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        global _setup_done
+        if _needs_check(request):
+            if not users_exist():
+                return _redirect()
+            _setup_done = True
+        return get_response(request)  # type: ignore[return-value]
+
+    return middleware
+
+
+first_run_setup_middleware.sync_capable = True  # type: ignore[attr-defined]
+first_run_setup_middleware.async_capable = True  # type: ignore[attr-defined]

@@ -1,0 +1,47 @@
+"""Health, version and the first-run setup page. Thin: the logic is in health.py and services.py."""
+
+from __future__ import annotations
+
+from django.contrib.auth import login
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods
+
+from webapp.core.forms import FirstAdminForm
+from webapp.core.health import default_engine_readiness
+from webapp.core.selectors import users_exist
+from webapp.core.services import SetupAlreadyDoneError, first_admin_create
+from webapp.core.version import app_version
+
+
+@never_cache
+@require_GET
+async def health(request: HttpRequest) -> JsonResponse:
+    readiness = default_engine_readiness()
+    return JsonResponse(readiness.as_json(), status=200 if readiness.ready else 503)
+
+
+@require_GET
+async def version(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"version": app_version()})
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def setup(request: HttpRequest) -> HttpResponse:
+    if users_exist():
+        raise Http404("Setup is done.")
+    form = FirstAdminForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            user = first_admin_create(
+                username=form.cleaned_data["username"],
+                email=form.cleaned_data["email"],
+                password=form.cleaned_data["password1"],
+            )
+        except SetupAlreadyDoneError as exc:
+            raise Http404("Setup is done.") from exc
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        return redirect("/")
+    return render(request, "core/setup.html", {"form": form})

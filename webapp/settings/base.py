@@ -1,0 +1,170 @@
+"""Settings shared by every environment; each value can be overridden from the environment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import django_stubs_ext
+
+from webapp.settings.database import database_from_url
+from webapp.settings.env import env_bool, env_choice, env_int, env_list, env_path, env_str
+from webapp.settings.mooncake_yaml import load_mooncake_config
+
+# Generic classes such as ModelAdmin[Model] need this at run time, not only under mypy.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+# ---- where data lives: database, Celery's broker folders, converted-model cache, uploaded models
+DATA_DIR = env_path("MOONCAKE_DATA", BASE_DIR / "var")
+CACHE_DIR = env_path("MOONCAKE_CACHE_DIR", DATA_DIR / "cache")
+MODEL_ROOTS: list[Path] = [
+    Path(p).expanduser().resolve()
+    for p in env_list("MOONCAKE_MODEL_ROOTS", [str(DATA_DIR / "models")], sep=os.pathsep)
+]
+
+# ---- mooncake.yaml: engine and server options (DESIGN.md §3)
+# MOONCAKE_CONFIG names the file; otherwise ./mooncake.yaml (the working directory), then the checkout's.
+MOONCAKE_CONFIG_PATH: Path | None = env_path("MOONCAKE_CONFIG", Path.cwd() / "mooncake.yaml")
+if not os.environ.get("MOONCAKE_CONFIG", "").strip():
+    MOONCAKE_CONFIG_PATH = next(
+        (p for p in (Path.cwd() / "mooncake.yaml", BASE_DIR / "mooncake.yaml") if p.is_file()), None
+    )
+MOONCAKE: dict[str, dict[str, Any]] = load_mooncake_config(MOONCAKE_CONFIG_PATH)
+
+# Load the default model in the background when the ASGI app starts.
+MOONCAKE_AUTOLOAD = env_bool("MOONCAKE_AUTOLOAD", True)
+# API key checks on /v1: "required" or "off".
+MOONCAKE_API_AUTH = env_choice("MOONCAKE_API_AUTH", "required", ("required", "off"))
+# Seconds a stopping server lets running generations finish.
+MOONCAKE_DRAIN_TIMEOUT = float(env_int("MOONCAKE_DRAIN_TIMEOUT", 30))
+# Memory the model manager may spend on loaded models (0 = no budget).
+MOONCAKE_MEMORY_BUDGET_BYTES = env_int("MOONCAKE_MEMORY_BUDGET_BYTES", 0)
+
+SECRET_KEY = env_str("SECRET_KEY", "")
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS: list[str] = env_list("ALLOWED_HOSTS", [])
+CSRF_TRUSTED_ORIGINS: list[str] = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "django_prometheus",
+    "webapp.core",
+    "webapp.accounts",
+    "webapp.chat",
+    "webapp.api",
+    "webapp.console",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "webapp.core.middleware.first_run_setup_middleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+ASGI_APPLICATION = "webapp.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "webapp.core.context_processors.mooncake",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": database_from_url(env_str("DATABASE_URL", ""), default_sqlite=DATA_DIR / "mooncake.sqlite3")
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "core:login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "core:login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "staticfiles")
+
+# ---- Channels: in-memory for one process; Redis when replicas share the layer
+REDIS_URL = env_str("REDIS_URL", "")
+CHANNEL_LAYERS: dict[str, dict[str, Any]] = (
+    {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    if REDIS_URL
+    else {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+)
+
+# ---- Celery: kombu's filesystem transport needs no server; Redis when CELERY_BROKER_URL says so
+CELERY_DIR = DATA_DIR / "celery"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = (
+    {
+        # One folder for both directions: producer and worker live on the same machine.
+        "data_folder_in": str(CELERY_DIR / "queue"),
+        "data_folder_out": str(CELERY_DIR / "queue"),
+        "processed_folder": str(CELERY_DIR / "processed"),
+        "store_processed": False,
+    }
+    if CELERY_BROKER_URL.startswith("filesystem")
+    else {}
+)
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", f"file://{CELERY_DIR / 'results'}")
+# kombu's filesystem transport and Celery's file result backend refuse folders that do not exist.
+for _folder in (DATA_DIR, CELERY_DIR / "queue", CELERY_DIR / "processed", CELERY_DIR / "results"):
+    _folder.mkdir(parents=True, exist_ok=True)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_EXPIRES = 24 * 3600
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 2)
+# Workers never load models (CUDA and forked pools do not mix); threads suit their I/O jobs.
+CELERY_WORKER_POOL = env_str("CELERY_WORKER_POOL", "threads")
+
+PROMETHEUS_EXPORT_MIGRATIONS = False
+
+LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

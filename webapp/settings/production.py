@@ -1,0 +1,28 @@
+"""Settings for behind nginx with TLS: secrets from the environment, secure cookies, HSTS."""
+
+from __future__ import annotations
+
+from webapp.settings.base import *  # noqa: F403
+from webapp.settings.env import env_bool, env_int, env_list, env_required
+
+DEBUG = False
+SECRET_KEY = env_required("SECRET_KEY")
+ALLOWED_HOSTS = [h for h in env_required("ALLOWED_HOSTS").split(",") if h.strip()]
+
+# nginx terminates TLS and says so in X-Forwarded-Proto.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+# Probes and Prometheus scrape over plain HTTP inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^health$", r"^version$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+CSRF_TRUSTED_ORIGINS = env_list(
+    "CSRF_TRUSTED_ORIGINS", [f"https://{h}" for h in ALLOWED_HOSTS if "*" not in h]
+)
