@@ -1,0 +1,184 @@
+"""Engine configuration: one flat EngineConfig (what users write) split into validated groups."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DEVICES = ("auto", "cpu", "cuda")
+_BACKENDS = ("auto", "torch", "flash_attn")
+# Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
+_IGNORED_KEYS = frozenset({"type", "name", "aliases", "keep_alive", "keep_alive_seconds"})
+_ALIASES = {"model_id": "model"}
+
+
+def _positive(name: str, value: int | float) -> None:
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    source: str
+    dtype: str = "auto"
+    device: str = "auto"
+    max_model_len: int | None = None
+    attention_backend: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            raise ValueError("model must be 'default', an HF directory or a .gguf path")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if self.device not in _DEVICES and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be one of {_DEVICES}, got {self.device!r}")
+        if self.attention_backend not in _BACKENDS:
+            raise ValueError(f"attention_backend must be one of {_BACKENDS}, got {self.attention_backend!r}")
+        if self.max_model_len is not None:
+            _positive("max_model_len", self.max_model_len)
+
+
+@dataclass(slots=True)
+class CacheConfig:
+    block_size: int = 16
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        _positive("block_size", self.block_size)
+        if self.kv_cache_memory_bytes is not None:
+            _positive("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 4096
+    max_model_len: int = 8192
+    enable_chunked_prefill: bool = True
+    max_queue_len: int = 256
+
+    def __post_init__(self) -> None:
+        _positive("max_num_seqs", self.max_num_seqs)
+        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive("max_model_len", self.max_model_len)
+        _positive("max_queue_len", self.max_queue_len)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                f"({self.max_num_seqs}) so every running sequence can decode in one step"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            # Without chunking a whole prompt must fit in one step's token budget.
+            raise ValueError(
+                f"with enable_chunked_prefill=False, max_num_batched_tokens ({self.max_num_batched_tokens}) "
+                f"must be >= max_model_len ({self.max_model_len})"
+            )
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model: str = "default"
+    dtype: str = "auto"
+    device: str = "auto"
+    max_model_len: int | None = None
+    block_size: int = 16
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 4096
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    max_queue_len: int = 256
+    attention_backend: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        # Build the groups once so a bad value fails at construction, not at load time.
+        self.model_config()
+        self.cache_config()
+        _positive("max_num_seqs", self.max_num_seqs)
+        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive("max_queue_len", self.max_queue_len)
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(
+            self.model, self.dtype, self.device, self.max_model_len, self.attention_backend, self.seed
+        )
+
+    def cache_config(self) -> CacheConfig:
+        return CacheConfig(
+            self.block_size,
+            self.kv_cache_memory_bytes,
+            self.gpu_memory_utilization,
+            self.enable_prefix_caching,
+        )
+
+    def scheduler_config(self, max_model_len: int) -> SchedulerConfig:
+        """The scheduler group, once the runner has resolved max_model_len."""
+        return SchedulerConfig(
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            max_model_len,
+            self.enable_chunked_prefill,
+            self.max_queue_len,
+        )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EngineConfig:
+        """Build from the merged mooncake.yaml `model` + `engine` sections; strings from env are coerced."""
+        if str(d.get("type", "native")) != "native":
+            raise ValueError(f"engine type {d['type']!r} is not supported; only 'native'")
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        unknown = []
+        for key, value in d.items():
+            name = _ALIASES.get(key, key)
+            if name in _IGNORED_KEYS:
+                continue
+            if name not in names:
+                unknown.append(key)
+                continue
+            kwargs[name] = _coerce(name, value, hints[name])
+        if unknown:
+            raise ValueError(f"unknown engine setting(s): {', '.join(sorted(unknown))}")
+        return cls(**kwargs)
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
+    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
+    if value is None or (
+        optional and isinstance(value, str) and value.strip().lower() in ("", "none", "null")
+    ):
+        if optional:
+            return None
+        raise ValueError(f"{name} must not be empty")
+    try:
+        if base is bool:
+            if isinstance(value, str):
+                if value.strip().lower() in ("1", "true", "yes", "on"):
+                    return True
+                if value.strip().lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if base is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if base is float:
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: cannot use {value!r} as {getattr(base, '__name__', base)}") from None

@@ -1,0 +1,89 @@
+"""Incremental detokenization that is safe for UTF-8 and BPE, plus stop strings.
+
+Decoding token by token breaks multibyte characters split across tokens and BPE merges that change
+spacing. Like vLLM, we decode a short window twice: [prefix_offset, read_offset) and
+[prefix_offset, end); the difference is the new text, and it is only taken once it no longer ends in
+U+FFFD (an incomplete UTF-8 sequence). Stop strings are searched in the full text; any tail that could
+still become a stop string is held back, so no part of a stop string is ever emitted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_REPLACEMENT = "\ufffd"
+_PREFIX_WINDOW = 5  # prompt tokens decoded as context so the first output token spaces correctly
+
+
+class IncrementalDetokenizer:
+    def __init__(
+        self, tokenizer: Any, prompt_token_ids: list[int], *, skip_special_tokens: bool, stop: list[str]
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
+        self._stop = stop
+        self._max_stop_len = max((len(s) for s in stop), default=0)
+        self._ids = list(prompt_token_ids[-_PREFIX_WINDOW:])
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+        self.text = ""  # everything decoded so far (truncated before a stop string once one matched)
+        self._emitted = 0  # chars of self.text already handed out
+
+    def add_token(self, token_id: int, *, check_stop: bool = True) -> str | None:
+        """Decode one more token; returns the stop string it completed, if any."""
+        self._ids.append(token_id)
+        prefix = self._decode(self._ids[self._prefix_offset : self._read_offset])
+        full = self._decode(self._ids[self._prefix_offset :])
+        if len(full) <= len(prefix) or full.endswith(_REPLACEMENT):
+            return None  # wait for the rest of a multibyte character
+        start = len(self.text)
+        self.text += full[len(prefix) :]
+        self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+        if not self._stop or not check_stop:
+            return None
+        # A stop string may straddle the previous text, so look back by its length.
+        window_start = max(0, start - self._max_stop_len + 1)
+        best: tuple[int, str] | None = None
+        for stop in self._stop:
+            at = self.text.find(stop, window_start)
+            if at != -1 and (best is None or at < best[0]):
+                best = (at, stop)
+        if best is None:
+            return None
+        self.text = self.text[: best[0]]
+        return best[1]
+
+    def take_delta(self, *, finished: bool) -> str:
+        """Text not handed out yet; while running, hold back a tail that may start a stop string."""
+        end = len(self.text) if finished else len(self.text) - self._held_back()
+        if end <= self._emitted:
+            return ""
+        delta = self.text[self._emitted : end]
+        self._emitted = end
+        return delta
+
+    @property
+    def emitted_text(self) -> str:
+        return self.text[: self._emitted]
+
+    def _held_back(self) -> int:
+        for size in range(min(self._max_stop_len - 1, len(self.text)), 0, -1):
+            tail = self.text[-size:]
+            if any(stop.startswith(tail) for stop in self._stop):
+                return size
+        return 0
+
+    def _decode(self, ids: list[int]) -> str:
+        text: str = self._tokenizer.decode(
+            ids, skip_special_tokens=self._skip_special, clean_up_tokenization_spaces=False
+        )
+        return text
+
+
+def decode_token(tokenizer: Any, token_id: int, cache: dict[int, str]) -> str:
+    """Text of a single token, for logprob entries; memoized because the same ids recur constantly."""
+    text = cache.get(token_id)
+    if text is None:
+        text = tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        cache[token_id] = text
+    return text

@@ -1,0 +1,276 @@
+"""LLMEngine: the synchronous step loop (schedule, execute, postprocess), usable offline."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from inference.block_manager import BlockManager
+from inference.config import EngineConfig
+from inference.errors import PromptTooLongError, QueueFullError
+from inference.logprobs import LogprobBuilder
+from inference.metrics import EngineStats, MetricsCollector
+from inference.model_io import ScheduledChunk, StepLogits
+from inference.outputs import RequestOutput
+from inference.request import Request
+from inference.sampler import Sampler
+from inference.sampling_params import SamplingParams
+from inference.scheduler import Scheduler, SchedulerOutput
+from inference.sequence import Sequence, SequenceStatus
+
+if TYPE_CHECKING:
+    from inference.loader import LoadedModel
+
+logger = logging.getLogger(__name__)
+
+
+class Runner(Protocol):
+    """What the engine needs from inference.model_runner.ModelRunner (tests pass a double)."""
+
+    block_size: int
+    num_blocks: int
+    max_model_len: int
+    kv_capacity_tokens: int
+
+    def execute(self, chunks: list[ScheduledChunk]) -> StepLogits: ...
+
+
+class LLMEngine:
+    def __init__(
+        self, config: EngineConfig, *, loaded: LoadedModel | None = None, runner: Runner | None = None
+    ):
+        if loaded is None:
+            from inference.loader import load_model  # heavy import, only when we load here
+
+            loaded = load_model(config.model, dtype=config.dtype, device=config.device)
+        if runner is None:
+            from inference.model_runner import ModelRunner
+
+            runner = ModelRunner(
+                loaded,
+                block_size=config.block_size,
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_model_len=config.max_model_len,
+                kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+                gpu_memory_utilization=config.gpu_memory_utilization,
+                attention_backend=config.attention_backend,
+            )
+        self.config = config
+        self.loaded = loaded
+        self.runner = runner
+        self.tokenizer: Any = loaded.tokenizer
+        self.eos_token_ids: set[int] = set(loaded.eos_token_ids)
+        # A lone sequence must always fit in the cache, or preemption could never make room for it.
+        self.max_model_len = min(runner.max_model_len, runner.num_blocks * runner.block_size)
+        block_manager = BlockManager(
+            runner.num_blocks, runner.block_size, enable_prefix_caching=config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), block_manager)
+        self.sampler = Sampler(eos_token_ids=self.eos_token_ids, seed=config.seed)
+        self.metrics = MetricsCollector()
+        self._logprobs = LogprobBuilder(self.tokenizer)
+        self._requests: dict[str, Request] = {}
+        self._pending: list[RequestOutput] = []  # outputs of aborts, returned by the next step()
+        self._ids = itertools.count()
+
+    # ---- requests ---------------------------------------------------------------------------------
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        return list(prompt) if isinstance(prompt, list) else list(self.tokenizer.encode(prompt))
+
+    def check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+        """Raise if the prompt cannot run; returns the effective max_tokens."""
+        if not prompt_token_ids:
+            raise ValueError("the prompt is empty")
+        n = len(prompt_token_ids)
+        if n >= self.max_model_len or (
+            params.max_tokens is not None and n + params.max_tokens > self.max_model_len
+        ):
+            wanted = f"{n} prompt tokens" + (
+                f" + {params.max_tokens} max_tokens" if params.max_tokens else ""
+            )
+            raise PromptTooLongError(f"{wanted} exceed the model's context of {self.max_model_len} tokens")
+        return params.max_tokens if params.max_tokens is not None else self.max_model_len - n
+
+    def add_request(
+        self,
+        request_id: str | None,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        arrival_time: float | None = None,
+        priority: int = 0,
+    ) -> str:
+        request_id = request_id or f"req-{next(self._ids)}"
+        if request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if len(self.scheduler.waiting) >= self.config.max_queue_len:
+            raise QueueFullError(f"{len(self.scheduler.waiting)} requests are already waiting")
+        token_ids = self.encode(prompt)
+        max_tokens = self.check_prompt(token_ids, params)
+        request = Request(
+            request_id,
+            prompt if isinstance(prompt, str) else None,
+            token_ids,
+            params,
+            max_tokens=max_tokens,
+            arrival_time=arrival_time if arrival_time is not None else time.time(),
+            priority=priority,
+            tokenizer=self.tokenizer,
+        )
+        self._requests[request_id] = request
+        self.metrics.requests_total += 1
+        self.scheduler.add(request.root)
+        return request_id
+
+    def abort_request(self, request_id: str) -> None:
+        """Finish the request as aborted now (blocks freed); its final output comes from the next step()."""
+        request = self._requests.get(request_id)
+        if request is None:
+            return
+        request.aborted = True
+        self.scheduler.finish_requests(list(request.seqs.values()), SequenceStatus.FINISHED_ABORTED)
+        self._pending.append(self._finalize(request, time.time()))
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._requests or self._pending)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._requests)
+
+    # ---- the loop ---------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        scheduled = self.scheduler.schedule()
+        logits = self.runner.execute(scheduled.chunks) if not scheduled.is_empty else None
+        return self._postprocess(scheduled, logits)
+
+    def generate(
+        self, prompts: list[str] | list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[RequestOutput]:
+        """Run prompts to completion; outputs in prompt order."""
+        all_params = params if isinstance(params, list) else [params] * len(prompts)
+        if len(all_params) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(all_params)} sampling params")
+        ids = [self.add_request(None, prompt, p) for prompt, p in zip(prompts, all_params, strict=True)]
+        final: dict[str, RequestOutput] = {}
+        while self.has_unfinished_requests():
+            final.update((out.request_id, out) for out in self.step() if out.finished)
+        return [final[i] for i in ids]
+
+    def stats(self) -> EngineStats:
+        block_manager = self.scheduler.block_manager
+        return self.metrics.snapshot(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_cache_usage=block_manager.usage,
+            kv_capacity_tokens=self.runner.kv_capacity_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            prefix_cache_queries=block_manager.prefix_cache_queries,
+            prefix_cache_hits=block_manager.prefix_cache_hits,
+        )
+
+    # ---- postprocess ------------------------------------------------------------------------------
+    def _postprocess(self, scheduled: SchedulerOutput, logits: StepLogits | None) -> list[RequestOutput]:
+        now = time.time()
+        touched: dict[str, Request] = {}
+        for seq in scheduled.seqs:
+            request = self._requests[seq.request_id]
+            if request.metrics.first_scheduled_time is None:
+                request.metrics.first_scheduled_time = now
+                request.metrics.num_cached_tokens = seq.num_cached_tokens
+                self.metrics.observe("queue_time", now - request.metrics.arrival_time)
+        done = self.scheduler.update_computed(scheduled)
+        if logits is not None:
+            self._collect_prompt_logprobs(scheduled, logits)
+            rows = [i for i, finished_chunk in enumerate(done) if finished_chunk]
+            if rows:
+                seqs = [scheduled.seqs[i] for i in rows]
+                result = self.sampler(logits.last[rows], seqs)
+                for seq, token_id, lps in zip(seqs, result.token_ids, result.logprobs, strict=True):
+                    request = self._requests[seq.request_id]
+                    self._append_token(request, seq, token_id, lps, now)
+                    touched[request.request_id] = request
+        outputs, self._pending = self._pending, []
+        for request in touched.values():
+            outputs.append(self._finalize(request, now) if request.finished else request.make_output())
+        return outputs
+
+    def _append_token(
+        self,
+        request: Request,
+        seq: Sequence,
+        token_id: int,
+        lps: tuple[float, list[tuple[int, float]]] | None,
+        now: float,
+    ) -> None:
+        seq.token_ids.append(token_id)
+        if lps is not None:
+            seq.logprobs.append(self._logprobs.sampled(token_id, lps[0], lps[1]))
+        self.metrics.generation_tokens_total += 1
+        if request.metrics.first_token_time is None:
+            request.metrics.first_token_time = now
+            self.metrics.prompt_tokens_total += len(request.prompt_token_ids)
+            self.metrics.observe("ttft", now - request.metrics.arrival_time)
+        elif request.last_token_time is not None and seq.index == 0:
+            self.metrics.observe("itl", now - request.last_token_time)
+        if seq.index == 0:
+            request.last_token_time = now
+        if seq.index == 0 and seq.num_output_tokens == 1:
+            for index in range(len(request.seqs), request.params.n):
+                child = seq.fork(index)
+                request.track(child)
+                self.scheduler.add_running_fork(seq, child)
+        status = self._check_stop(request, seq, token_id)
+        if status is not None:
+            self.scheduler.finish_requests([seq], status)
+
+    def _check_stop(self, request: Request, seq: Sequence, token_id: int) -> SequenceStatus | None:
+        params = seq.params
+        may_stop = seq.num_output_tokens >= params.min_tokens
+        if may_stop and not params.ignore_eos and token_id in self.eos_token_ids:
+            return SequenceStatus.FINISHED_STOPPED  # the EOS token's text is not part of the output
+        if may_stop and token_id in params.stop_token_ids:
+            seq.stop_reason = token_id
+            return SequenceStatus.FINISHED_STOPPED
+        stop = request.detokenizer(seq).add_token(token_id, check_stop=may_stop)
+        if stop is not None:
+            seq.stop_reason = stop
+            return SequenceStatus.FINISHED_STOPPED
+        if seq.num_output_tokens >= seq.max_tokens or len(seq) >= self.max_model_len:
+            return SequenceStatus.FINISHED_LENGTH
+        return None
+
+    def _collect_prompt_logprobs(self, scheduled: SchedulerOutput, logits: StepLogits) -> None:
+        for i, (seq, chunk) in enumerate(zip(scheduled.seqs, scheduled.chunks, strict=True)):
+            request = self._requests[seq.request_id]
+            collected = request.prompt_logprobs
+            if not chunk.return_all_logits or collected is None or seq.index != 0:
+                continue
+            # Recomputation after preemption revisits positions we already have; skip those.
+            if len(collected) != chunk.start + 1 or i not in logits.all_positions:
+                continue
+            k = request.params.prompt_logprobs or 0
+            collected.extend(
+                self._logprobs.prompt(
+                    logits.all_positions[i], seq.token_ids, chunk.start, seq.num_prompt_tokens, k
+                )
+            )
+
+    def _finalize(self, request: Request, now: float) -> RequestOutput:
+        request.metrics.finished_time = now
+        self.metrics.observe("e2e_latency", now - request.metrics.arrival_time)
+        for seq in request.seqs.values():
+            self.metrics.on_finished(seq.status.finish_reason or "abort")
+        self._requests.pop(request.request_id, None)
+        return request.make_output()
+
+
+def free_torch_memory() -> None:
+    """Return cached allocator memory after an engine is dropped (matters on CUDA only)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

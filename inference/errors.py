@@ -1,0 +1,35 @@
+"""Engine exceptions; the web layer maps each one to a single HTTP status."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class for every error the engine raises on purpose."""
+
+
+class PromptTooLongError(EngineError, ValueError):
+    """The prompt (plus max_tokens when set) does not fit in max_model_len (HTTP 400)."""
+
+
+class QueueFullError(EngineError):
+    """The waiting queue is at max_queue_len (HTTP 503)."""
+
+
+class EngineDeadError(EngineError):
+    """The engine thread crashed or was shut down; pending and new requests fail (HTTP 503)."""
+
+
+class UnknownModelError(EngineError, KeyError):
+    """No model is registered under that name or alias (HTTP 404)."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; a readable message matters more here.
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+class NoModelLoadedError(EngineError):
+    """The model exists but is not loaded, or there is no default model (HTTP 503)."""
+
+
+class InsufficientMemoryError(EngineError):
+    """Loading a model would exceed the manager's memory budget and eviction cannot help."""

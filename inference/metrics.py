@@ -1,0 +1,97 @@
+"""Engine statistics as plain data; the web layer maps them to Prometheus `mooncake:*` metrics."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+RECENT_SAMPLES = 512
+# Seconds; close to vLLM's buckets so existing dashboards read the same.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, float("inf"))
+ITL_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, float("inf"))
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Cumulative histogram: counts[i] observations were <= buckets[i] (Prometheus `le` semantics)."""
+
+    buckets: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    sum: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.buckets)
+
+    def observe(self, value: float) -> None:
+        self.sum += value
+        self.count += 1
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+
+    def copy(self) -> Histogram:
+        return Histogram(self.buckets, list(self.counts), self.sum, self.count)
+
+
+@dataclass(slots=True)
+class EngineStats:
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0  # 0..1 of the KV blocks in use
+    kv_capacity_tokens: int = 0
+    num_preemptions: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens looked up
+    prefix_cache_hits: int = 0  # prompt tokens found in the cache
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    requests_total: int = 0
+    finished_by_reason: dict[str, int] = field(default_factory=dict)
+    ttft_samples: list[float] = field(default_factory=list)  # recent, seconds
+    itl_samples: list[float] = field(default_factory=list)
+    e2e_latency_samples: list[float] = field(default_factory=list)
+    queue_time_samples: list[float] = field(default_factory=list)
+    histograms: dict[str, Histogram] = field(default_factory=dict)  # ttft|itl|e2e_latency|queue_time
+
+
+class MetricsCollector:
+    """Counters owned by the engine thread; `snapshot` copies them for other threads."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self.finished_by_reason: dict[str, int] = {}
+        self._recent: dict[str, deque[float]] = {
+            name: deque(maxlen=RECENT_SAMPLES) for name in ("ttft", "itl", "e2e_latency", "queue_time")
+        }
+        self._histograms = {
+            "ttft": Histogram(LATENCY_BUCKETS),
+            "itl": Histogram(ITL_BUCKETS),
+            "e2e_latency": Histogram(LATENCY_BUCKETS),
+            "queue_time": Histogram(LATENCY_BUCKETS),
+        }
+
+    def observe(self, name: str, seconds: float) -> None:
+        self._recent[name].append(seconds)
+        self._histograms[name].observe(seconds)
+
+    def on_finished(self, reason: str) -> None:
+        self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
+
+    def snapshot(self, **gauges: int | float) -> EngineStats:
+        stats = EngineStats(
+            prompt_tokens_total=self.prompt_tokens_total,
+            generation_tokens_total=self.generation_tokens_total,
+            requests_total=self.requests_total,
+            finished_by_reason=dict(self.finished_by_reason),
+            ttft_samples=list(self._recent["ttft"]),
+            itl_samples=list(self._recent["itl"]),
+            e2e_latency_samples=list(self._recent["e2e_latency"]),
+            queue_time_samples=list(self._recent["queue_time"]),
+            histograms={name: h.copy() for name, h in self._histograms.items()},
+        )
+        for name, value in gauges.items():
+            setattr(stats, name, value)
+        return stats

@@ -1,0 +1,154 @@
+"""Continuous batching under a token budget: running sequences first, then waiting ones.
+
+Each step, running sequences that are decoding get their one token before anything else, so decode is
+never starved by a long prompt; then running prefills continue (chunked), then waiting sequences are
+admitted in (priority, arrival) order while tokens, sequence slots and KV blocks last. When a running
+sequence cannot get a block, the lowest-priority, latest-arrived running sequence is preempted: its
+blocks are freed and it goes back to waiting to be recomputed from its tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from inference.block_manager import BlockManager
+from inference.config import SchedulerConfig
+from inference.model_io import ScheduledChunk
+from inference.sequence import Sequence, SequenceStatus
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """Plain data for one step: which sequences run and how many tokens each computes."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    num_tokens: list[int] = field(default_factory=list)
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.seqs
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+        self.config = config
+        self.block_manager = block_manager
+        self.waiting: list[Sequence] = []  # kept sorted by sort_key
+        self.running: list[Sequence] = []  # kept sorted by sort_key; the tail is preempted first
+        self.num_preemptions = 0
+
+    # ---- queue management -------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish_requests(self, seqs: Iterable[Sequence], status: SequenceStatus) -> None:
+        """The one exit path for finish and abort: set the status, leave the queues, free the blocks."""
+        if not status.is_finished:
+            raise ValueError(f"{status} is not a finished status")
+        for seq in seqs:
+            if seq.status.is_finished:
+                continue
+            queue = self.running if seq.status is SequenceStatus.RUNNING else self.waiting
+            if seq in queue:
+                queue.remove(seq)
+            seq.status = status
+            self.block_manager.free(seq)
+
+    # ---- scheduling -------------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        decodes = [s for s in self.running if s.is_decoding]
+        prefills = [s for s in self.running if not s.is_decoding]
+        for seq in decodes + prefills:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            num_new = min(seq.num_uncomputed_tokens, budget)
+            if not self.config.enable_chunked_prefill and num_new < seq.num_uncomputed_tokens:
+                continue
+            if self._make_room(seq, num_new, out):
+                self.block_manager.append(seq, num_new)
+                self._emit(out, seq, num_new)
+                budget -= num_new
+        if not out.preempted:  # admitting while evicting would just thrash
+            self._admit(out, budget)
+        return out
+
+    def _make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
+        """Preempt from the tail until seq can grow; False if seq itself had to go."""
+        scheduled = set(map(id, out.seqs))
+        while not self.block_manager.can_append(seq, num_new):
+            victims = [s for s in self.running if id(s) not in scheduled and s is not seq]
+            victim = victims[-1] if victims else seq
+            self._preempt(victim, out)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        self.num_preemptions += 1
+        out.preempted.append(seq)
+        self.add(seq)
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            cached = [] if seq.block_table else self.block_manager.match_prefix(seq)
+            start = (
+                seq.num_computed_tokens if seq.block_table else len(cached) * self.block_manager.block_size
+            )
+            num_new = min(len(seq.token_ids) - start, budget)
+            if not self.config.enable_chunked_prefill and num_new < len(seq.token_ids) - start:
+                break
+            if not self.block_manager.can_allocate(seq, cached, start + num_new):
+                break
+            self.block_manager.allocate(seq, cached, start + num_new)
+            if seq.num_output_tokens == 0 and not seq.num_cached_tokens:
+                seq.num_cached_tokens = len(cached) * self.block_manager.block_size
+            self.waiting.pop(0)
+            seq.status = SequenceStatus.RUNNING
+            bisect.insort(self.running, seq, key=lambda s: s.sort_key)
+            self._emit(out, seq, num_new)
+            budget -= num_new
+
+    def _emit(self, out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
+        out.seqs.append(seq)
+        out.num_tokens.append(num_new)
+        out.chunks.append(
+            ScheduledChunk(
+                token_ids=seq.token_ids,
+                start=seq.num_computed_tokens,
+                num_tokens=num_new,
+                block_table=seq.block_table,
+                return_all_logits=seq.params.prompt_logprobs is not None
+                and seq.num_computed_tokens < seq.num_prompt_tokens,
+            )
+        )
+
+    # ---- after the forward pass -------------------------------------------------------------------
+    def update_computed(self, out: SchedulerOutput) -> list[bool]:
+        """Advance progress; returns, per scheduled seq, whether it reached its end and needs a sample."""
+        done = []
+        for seq, num_new in zip(out.seqs, out.num_tokens, strict=True):
+            seq.num_computed_tokens += num_new
+            self.block_manager.cache_full_blocks(seq)
+            done.append(seq.num_computed_tokens == len(seq.token_ids))
+        return done
+
+    def add_running_fork(self, parent: Sequence, child: Sequence) -> None:
+        """Queue an n > 1 sibling that shares parent's prompt blocks; it recomputes only the tail."""
+        self.block_manager.fork(parent, child)
+        child.num_cached_tokens = parent.num_cached_tokens
+        self.add(child)
