@@ -1,0 +1,153 @@
+// Chat page: one WebSocket per open chat. The server renders every message; this file only places
+// fragments, keeps the composer in sync, and sends the user's actions.
+(function () {
+  "use strict";
+  const root = document.getElementById("chat");
+  if (!root) { return; }
+  const list = document.getElementById("messages");
+  const scroller = document.getElementById("messages-scroll");
+  const form = document.getElementById("composer");
+  const input = document.getElementById("composer-input");
+  const sendBtn = document.getElementById("send-btn");
+  const stopBtn = document.getElementById("stop-btn");
+  const errorBox = document.getElementById("chat-error");
+  const pending = {};  // nonce -> what to do when the server confirms our message was saved
+  let socket = null;
+  let retries = 0;
+  let running = false;
+
+  function nearBottom() { return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 120; }
+  function toBottom() { scroller.scrollTop = scroller.scrollHeight; }
+  function fragment(html) {
+    const t = document.createElement("template");
+    t.innerHTML = html.trim();
+    return t.content.firstElementChild;
+  }
+  function showError(text) { errorBox.textContent = text; errorBox.hidden = !text; }
+  function autosize() { input.style.height = "auto"; input.style.height = Math.min(input.scrollHeight, 220) + "px"; }
+  function nonce() { return Math.random().toString(36).slice(2, 12); }
+
+  function setRunning(on) {
+    running = on;
+    root.dataset.running = on ? "true" : "false";
+    stopBtn.hidden = !on;
+    sendBtn.hidden = on;
+  }
+
+  function handle(ev) {
+    if (ev.type === "upsert") {
+      const stick = nearBottom();
+      const node = fragment(ev.html);
+      const old = document.getElementById("msg-" + ev.id);
+      if (old) { old.replaceWith(node); } else { list.appendChild(node); }
+      if (ev.nonce && pending[ev.nonce]) { pending[ev.nonce](); delete pending[ev.nonce]; }
+      if (stick) { toBottom(); }
+    } else if (ev.type === "remove") {
+      ev.ids.forEach(function (id) { const n = document.getElementById("msg-" + id); if (n) { n.remove(); } });
+    } else if (ev.type === "state") {
+      setRunning(ev.running);
+    } else if (ev.type === "error") {
+      showError(ev.message);  // The typed text was never cleared, so it is still there to resend.
+    } else if (ev.type === "title") {
+      const field = document.getElementById("title-input");
+      if (field && document.activeElement !== field) { field.value = ev.title; }
+      const item = document.querySelector("#conv-" + root.dataset.conversationId + " .conv-title");
+      if (item) { item.textContent = ev.title; }
+      document.title = ev.title + " · Mooncake";
+    }
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + location.host + root.dataset.wsPath);
+    socket.onopen = function () { retries = 0; root.dataset.connected = "true"; showError(""); };
+    socket.onmessage = function (e) { handle(JSON.parse(e.data)); };
+    socket.onclose = function () {
+      root.dataset.connected = "false";
+      retries = Math.min(retries + 1, 6);
+      setTimeout(connect, 400 * retries);
+    };
+  }
+
+  function send(payload) {
+    if (!socket || socket.readyState !== WebSocket.OPEN) { showError("Not connected; reconnecting…"); return false; }
+    socket.send(JSON.stringify(payload));
+    return true;
+  }
+
+  function copy(text, button) {
+    const done = function () { const old = button.textContent; button.textContent = "Copied"; setTimeout(function () { button.textContent = old; }, 1200); };
+    if (navigator.clipboard && window.isSecureContext) { navigator.clipboard.writeText(text).then(done); return; }
+    const area = document.createElement("textarea");
+    area.value = text; document.body.appendChild(area); area.select();
+    document.execCommand("copy"); area.remove(); done();
+  }
+
+  function startEdit(article) {
+    if (article.querySelector(".edit-box")) { return; }
+    const body = article.querySelector(".user-text");
+    const box = fragment('<div class="edit-box"><textarea rows="3" aria-label="Edit message"></textarea>' +
+      '<p class="edit-note">Sending deletes every message after this one and writes a new reply.</p>' +
+      '<div class="edit-actions"><button type="button" class="primary edit-send">Save &amp; send</button> ' +
+      '<button type="button" class="link-button edit-cancel">Cancel</button></div></div>');
+    box.querySelector("textarea").value = body.textContent;
+    body.hidden = true;
+    article.insertBefore(box, body.nextSibling);
+    box.querySelector("textarea").focus();
+  }
+
+  list.addEventListener("click", function (e) {
+    const target = e.target.closest("button");
+    if (!target) { return; }
+    const article = target.closest(".msg");
+    if (target.classList.contains("copy-btn")) {
+      copy(target.closest(".code-block").querySelector("pre").textContent, target);
+    } else if (target.classList.contains("copy-msg")) {
+      copy(article.querySelector(".msg-raw").value, target);
+    } else if (target.classList.contains("regen-btn")) {
+      if (!running) { showError(""); send({ type: "regenerate" }); }
+    } else if (target.classList.contains("edit-btn")) {
+      if (!running) { startEdit(article); }
+    } else if (target.classList.contains("edit-cancel")) {
+      article.querySelector(".edit-box").remove();
+      article.querySelector(".user-text").hidden = false;
+    } else if (target.classList.contains("edit-send")) {
+      const text = article.querySelector(".edit-box textarea").value;
+      if (text.trim()) { showError(""); send({ type: "edit", message_id: Number(article.dataset.id), content: text, nonce: nonce() }); }
+    }
+  });
+
+  form.addEventListener("submit", function (e) {
+    e.preventDefault();
+    const text = input.value;
+    if (!text.trim() || running) { return; }
+    showError("");
+    const id = nonce();
+    pending[id] = function () { input.value = ""; autosize(); };
+    send({ type: "send", content: text, nonce: id });
+  });
+  input.addEventListener("keydown", function (e) {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }
+  });
+  input.addEventListener("input", autosize);
+  document.addEventListener("keydown", function (e) {
+    if (e.key === "Escape" && running) { e.preventDefault(); send({ type: "stop" }); }
+  });
+  stopBtn.addEventListener("click", function () { send({ type: "stop" }); });
+
+  function toggler(buttonId, onToggle) {
+    const button = document.getElementById(buttonId);
+    button.addEventListener("click", function () {
+      const open = button.getAttribute("aria-expanded") !== "true";
+      button.setAttribute("aria-expanded", open ? "true" : "false");
+      onToggle(open);
+    });
+  }
+  toggler("sidebar-toggle", function (open) { root.classList.toggle("sidebar-open", open); });
+  toggler("settings-toggle", function (open) { document.getElementById("settings-panel").hidden = !open; });
+
+  setRunning(false);
+  toBottom();
+  connect();
+  input.focus();
+})();

@@ -1,0 +1,51 @@
+"""What the chat socket says: rendered message fragments and state changes, sent to a per-chat group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.template.loader import render_to_string
+
+from webapp.chat.models import Message
+
+
+def group_name(conversation_id: int) -> str:
+    return f"chat_{conversation_id}"
+
+
+def message_html(message: Message) -> str:
+    return render_to_string("chat/_message.html", {"message": message})
+
+
+def upsert(message: Message, *, nonce: str | None = None) -> dict[str, Any]:
+    """The message's whole rendered fragment: a client that missed updates is right again after one."""
+    event: dict[str, Any] = {"type": "upsert", "id": message.pk, "html": message_html(message)}
+    if nonce:
+        event["nonce"] = nonce
+    return event
+
+
+def remove(ids: list[int]) -> dict[str, Any]:
+    return {"type": "remove", "ids": ids}
+
+
+def state(*, running: bool) -> dict[str, Any]:
+    return {"type": "state", "running": running}
+
+
+def title(text: str) -> dict[str, Any]:
+    return {"type": "title", "title": text}
+
+
+def error(code: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "code": code, "message": message}
+
+
+async def broadcast(conversation_id: int, *events: dict[str, Any]) -> None:
+    """Send events, in order, to every socket open on the chat."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    for event in events:
+        await layer.group_send(group_name(conversation_id), {"type": "chat.event", "payload": event})

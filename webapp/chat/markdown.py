@@ -1,0 +1,111 @@
+"""Server-side Markdown for model output: markdown-it-py, Pygments highlighting, then nh3 sanitizing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from html import escape
+
+import nh3
+from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererProtocol
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+_FORMATTER = HtmlFormatter(nowrap=True)
+
+_ALLOWED_TAGS = {
+    "a",
+    "blockquote",
+    "br",
+    "button",
+    "code",
+    "del",
+    "div",
+    "em",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "li",
+    "ol",
+    "p",
+    "pre",
+    "s",
+    "span",
+    "strong",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
+}
+_ALLOWED_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "button": {"class", "type", "aria-label"},
+    "code": {"class"},
+    "div": {"class"},
+    "ol": {"start"},
+    "pre": {"class"},
+    "span": {"class"},
+    "td": {"style"},
+    "th": {"style"},
+}
+
+
+def _highlight(code: str, lang: str) -> str:
+    """Pygments spans for a fenced block; unknown languages fall back to escaped text."""
+    try:
+        lexer = get_lexer_by_name(lang) if lang else None
+    except ClassNotFound:
+        lexer = None
+    if lexer is None:
+        return escape(code)
+    return highlight(code, lexer, _FORMATTER)
+
+
+def _render_fence(
+    self: RendererProtocol, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
+) -> str:
+    token = tokens[idx]
+    lang = token.info.strip().split(maxsplit=1)[0] if token.info.strip() else ""
+    body = _highlight(token.content, lang)
+    label = escape(lang or "text")
+    return (
+        '<div class="code-block"><div class="code-head"><span>'
+        f"{label}</span>"
+        '<button type="button" class="copy-btn" aria-label="Copy code">Copy</button></div>'
+        f'<pre class="highlight"><code>{body}</code></pre></div>\n'
+    )
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    # html=False: raw HTML in model output is shown as text, never interpreted.
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
+    md.enable(["table", "strikethrough"])
+    md.add_render_rule("fence", _render_fence)
+    md.add_render_rule("code_block", _render_fence)
+    return md
+
+
+def render_markdown(text: str) -> str:
+    """Sanitized HTML for untrusted Markdown text."""
+    html = _parser().render(text)
+    return nh3.clean(
+        html,
+        tags=_ALLOWED_TAGS,
+        attributes=_ALLOWED_ATTRIBUTES,
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
+        filter_style_properties={"text-align"},
+    )

@@ -1,0 +1,108 @@
+"""Read-side queries for chat: every lookup is scoped to its owner so other users' chats stay invisible."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.paginator import Page, Paginator
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import Http404
+
+from webapp.chat.models import Conversation, Message
+
+PAGE_SIZE = 30
+
+
+@dataclass(frozen=True, slots=True)
+class ChatDefaults:
+    """Parameters a new chat starts with; settings.MOONCAKE_CHAT_DEFAULTS overrides any of them."""
+
+    model: str = ""
+    system_prompt: str = ""
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 512
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    name: str
+    state: str
+
+
+def chat_defaults() -> ChatDefaults:
+    overrides: dict[str, Any] = dict(getattr(settings, "MOONCAKE_CHAT_DEFAULTS", {}) or {})
+    known = {k: v for k, v in overrides.items() if k in ChatDefaults.__dataclass_fields__}
+    return ChatDefaults(**known)
+
+
+def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation:
+    """The user's own conversation, or Http404 (never 403, so ids of other users' chats do not leak)."""
+    conversation = Conversation.objects.filter(user=user, pk=conversation_id).first()
+    if conversation is None:
+        raise Http404("No such conversation")
+    return conversation
+
+
+def conversation_search(*, user: AbstractBaseUser, query: str = "") -> QuerySet[Conversation]:
+    """The user's chats that have messages, newest first, matching the query in title or content."""
+    has_messages = Exists(Message.objects.filter(conversation=OuterRef("pk")))
+    qs = Conversation.objects.filter(user=user).filter(has_messages)
+    query = query.strip()
+    if query:
+        in_content = Exists(Message.objects.filter(conversation=OuterRef("pk"), content__icontains=query))
+        qs = qs.filter(Q(title__icontains=query) | in_content)
+    return qs.order_by("-updated_at", "-id")
+
+
+def conversation_page(*, user: AbstractBaseUser, query: str = "", page: int = 1) -> Page[Conversation]:
+    paginator = Paginator(conversation_search(user=user, query=query), PAGE_SIZE)
+    return paginator.get_page(page)
+
+
+def conversation_messages(*, conversation: Conversation) -> list[Message]:
+    return list(conversation.messages.order_by("id"))
+
+
+def draft_conversation(*, user: AbstractBaseUser) -> Conversation | None:
+    """The user's newest chat without messages, reused by "New chat" so empty chats do not pile up."""
+    has_messages = Exists(Message.objects.filter(conversation=OuterRef("pk")))
+    return Conversation.objects.filter(user=user).exclude(has_messages).order_by("-id").first()
+
+
+def prompt_messages(*, conversation: Conversation, before_id: int | None = None) -> list[dict[str, str]]:
+    """The chat as role/content dicts for the model's chat template (failed, empty replies left out)."""
+    messages: list[dict[str, str]] = []
+    if conversation.system_prompt.strip():
+        messages.append({"role": "system", "content": conversation.system_prompt})
+    qs = conversation.messages.order_by("id")
+    if before_id is not None:
+        qs = qs.filter(id__lt=before_id)
+    for message in qs:
+        if message.role == Message.Role.ASSISTANT and not message.content:
+            continue
+        messages.append({"role": message.role, "content": message.content})
+    return messages
+
+
+def available_models() -> list[ModelChoice]:
+    """Models the manager knows about, for the model switcher; empty when the engine is unavailable."""
+    from webapp.core.engine import get_manager
+
+    try:
+        infos = get_manager().list()
+    except Exception:  # The page must render even when the engine failed to start.
+        return []
+    return [ModelChoice(name=info.name, state=str(info.state)) for info in infos]
+
+
+def default_model_name() -> str:
+    from webapp.core.engine import get_manager
+
+    try:
+        return get_manager().default_name or ""
+    except Exception:
+        return ""

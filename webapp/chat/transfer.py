@@ -1,0 +1,122 @@
+"""Export a chat as JSON or Markdown, and import one back from JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from webapp.chat.models import Conversation, Message
+from webapp.chat.services import MAX_MESSAGE_CHARS
+
+FORMAT = "mooncake.chat"
+MAX_IMPORT_BYTES = 5 * 1024 * 1024
+
+
+class ExportedMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["user", "assistant"]
+    content: str = Field(max_length=MAX_MESSAGE_CHARS * 4)
+    status: Literal["complete", "stopped", "error", "streaming"] = "complete"
+    finish_reason: str = Field(default="", max_length=32)
+    model: str = Field(default="", max_length=200)
+    prompt_tokens: int | None = Field(default=None, ge=0)
+    completion_tokens: int | None = Field(default=None, ge=0)
+    tokens_per_second: float | None = Field(default=None, ge=0)
+    created_at: datetime | None = None
+
+
+class ExportedChat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    format: Literal["mooncake.chat"] = FORMAT
+    version: Literal[1] = 1
+    title: str = Field(default="Imported chat", max_length=200)
+    system_prompt: str = Field(default="", max_length=MAX_MESSAGE_CHARS)
+    model: str = Field(default="", max_length=200)
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=512, ge=1, le=32_768)
+    messages: list[ExportedMessage] = Field(default_factory=list, max_length=5_000)
+
+
+def export_data(*, conversation: Conversation) -> dict[str, Any]:
+    chat = ExportedChat(
+        title=conversation.title,
+        system_prompt=conversation.system_prompt,
+        model=conversation.model,
+        temperature=conversation.temperature,
+        top_p=conversation.top_p,
+        max_tokens=conversation.max_tokens,
+        messages=[
+            ExportedMessage(
+                role=m.role,  # type: ignore[arg-type]
+                content=m.content,
+                status=m.status,  # type: ignore[arg-type]
+                finish_reason=m.finish_reason,
+                model=m.model,
+                prompt_tokens=m.prompt_tokens,
+                completion_tokens=m.completion_tokens,
+                tokens_per_second=m.tokens_per_second,
+                created_at=m.created_at,
+            )
+            for m in conversation.messages.order_by("id")
+        ],
+    )
+    return chat.model_dump(mode="json")
+
+
+def export_markdown(*, conversation: Conversation) -> str:
+    parts = [f"# {conversation.title}\n"]
+    if conversation.system_prompt:
+        parts.append(f"**System:** {conversation.system_prompt}\n")
+    for message in conversation.messages.order_by("id"):
+        heading = "User" if message.role == Message.Role.USER else f"Assistant ({message.model or 'model'})"
+        parts.append(f"## {heading}\n\n{message.content}\n")
+    return "\n".join(parts)
+
+
+@transaction.atomic
+def import_chat(*, user: AbstractBaseUser, raw: bytes) -> Conversation:
+    """Create a chat from exported JSON; ValueError with a readable reason when the file is not one."""
+    if len(raw) > MAX_IMPORT_BYTES:
+        raise ValueError("The file is too large to import.")
+    try:
+        chat = ExportedChat.model_validate(json.loads(raw.decode("utf-8")))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError("The file is not valid JSON.") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"Not a Mooncake chat export ({where}: {first['msg']}).") from exc
+    if not chat.messages:
+        raise ValueError("The export has no messages.")
+    conversation = Conversation.objects.create(
+        user=user,
+        title=chat.title.strip() or "Imported chat",
+        title_is_custom=True,
+        system_prompt=chat.system_prompt,
+        model=chat.model,
+        temperature=chat.temperature,
+        top_p=chat.top_p,
+        max_tokens=chat.max_tokens,
+    )
+    Message.objects.bulk_create(
+        Message(
+            conversation=conversation,
+            role=m.role,
+            content=m.content,
+            # A reply that was streaming when exported is not streaming here.
+            status=Message.Status.STOPPED if m.status == "streaming" else m.status,
+            finish_reason=m.finish_reason,
+            model=m.model,
+            prompt_tokens=m.prompt_tokens,
+            completion_tokens=m.completion_tokens,
+            tokens_per_second=m.tokens_per_second,
+        )
+        for m in chat.messages
+    )
+    return conversation

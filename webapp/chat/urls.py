@@ -1,0 +1,18 @@
+from django.urls import path
+
+from webapp.chat import views
+
+app_name = "chat"
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("new/", views.new, name="new"),
+    path("list/", views.conversation_list, name="list"),
+    path("import/", views.import_json, name="import"),
+    path("<int:conversation_id>/", views.detail, name="detail"),
+    path("<int:conversation_id>/rename/", views.rename, name="rename"),
+    path("<int:conversation_id>/delete/", views.delete, name="delete"),
+    path("<int:conversation_id>/settings/", views.update_settings, name="settings"),
+    path("<int:conversation_id>/export.json", views.export_json, name="export_json"),
+    path("<int:conversation_id>/export.md", views.export_markdown, name="export_markdown"),
+]

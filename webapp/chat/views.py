@@ -1,0 +1,164 @@
+"""Chat pages and htmx fragments. Thin: forms validate, services act, selectors read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.text import slugify
+from django.views.decorators.http import require_GET, require_POST
+
+from webapp.chat import selectors, services, transfer
+from webapp.chat.forms import ImportForm, RenameForm, SettingsForm
+from webapp.chat.generation import get_generation_service
+from webapp.chat.models import Conversation
+
+
+def _page(request: HttpRequest) -> int:
+    try:
+        return max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        return 1
+
+
+def _settings_context(
+    conversation: Conversation, form: SettingsForm | None = None, saved: bool = False
+) -> dict[str, Any]:
+    # A rejected form shows what was typed; otherwise the stored values.
+    fields = ("model", "system_prompt", "temperature", "top_p", "max_tokens")
+    values = (
+        {f: form.data.get(f, "") for f in fields} if form else {f: getattr(conversation, f) for f in fields}
+    )
+    return {
+        "conversation": conversation,
+        "values": values,
+        "models": selectors.available_models(),
+        "default_model": selectors.default_model_name(),
+        "form": form,
+        "saved": saved,
+    }
+
+
+@login_required
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    conversation = services.conversation_new(user=request.user)
+    return redirect("chat:detail", conversation_id=conversation.pk)
+
+
+@login_required
+@require_POST
+def new(request: HttpRequest) -> HttpResponse:
+    conversation = services.conversation_new(user=request.user)
+    return redirect("chat:detail", conversation_id=conversation.pk)
+
+
+@login_required
+@require_GET
+def detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    reply = get_generation_service().running(conversation.pk)
+    services.stale_replies_close(
+        conversation=conversation, running_message_id=reply.message.pk if reply else None
+    )
+    query = request.GET.get("q", "")
+    context = {
+        **_settings_context(conversation),
+        "messages_list": selectors.conversation_messages(conversation=conversation),
+        "page": selectors.conversation_page(user=request.user, query=query),
+        "query": query,
+        "current_id": conversation.pk,
+    }
+    return render(request, "chat/page.html", context)
+
+
+@login_required
+@require_GET
+def conversation_list(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "")
+    page = selectors.conversation_page(user=request.user, query=query, page=_page(request))
+    current = request.GET.get("current", "")
+    context = {"page": page, "query": query, "current_id": int(current) if current.isdigit() else None}
+    return render(request, "chat/_conversation_list.html", context)
+
+
+@login_required
+@require_POST
+def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    form = RenameForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest("Title is required.")
+    services.conversation_rename(conversation=conversation, title=form.cleaned_data["title"])
+    return render(request, "chat/_title.html", {"conversation": conversation, "oob_item": True})
+
+
+@login_required
+@require_POST
+def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    detail_path = reverse("chat:detail", args=[conversation.pk])
+    services.conversation_delete(conversation=conversation)
+    if not request.headers.get("HX-Request"):
+        return redirect("chat:index")
+    response = HttpResponse("")
+    # Deleting the chat on screen leaves nothing to show: go to a fresh one.
+    if urlsplit(request.headers.get("HX-Current-URL", "")).path == detail_path:
+        response["HX-Redirect"] = reverse("chat:index")
+    return response
+
+
+@login_required
+@require_POST
+def update_settings(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    form = SettingsForm(request.POST)
+    if not form.is_valid():
+        return render(request, "chat/_settings.html", _settings_context(conversation, form), status=400)
+    services.conversation_update_settings(conversation=conversation, **form.cleaned_data)
+    return render(request, "chat/_settings.html", _settings_context(conversation, saved=True))
+
+
+def _download(body: str, *, filename: str, content_type: str) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@login_required
+@require_GET
+def export_json(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    body = json.dumps(transfer.export_data(conversation=conversation), indent=2, ensure_ascii=False)
+    name = slugify(conversation.title) or "chat"
+    return _download(body, filename=f"{name}.json", content_type="application/json")
+
+
+@login_required
+@require_GET
+def export_markdown(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    name = slugify(conversation.title) or "chat"
+    body = transfer.export_markdown(conversation=conversation)
+    return _download(body, filename=f"{name}.md", content_type="text/markdown; charset=utf-8")
+
+
+@login_required
+@require_POST
+def import_json(request: HttpRequest) -> HttpResponse:
+    form = ImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        messages.error(request, "Choose a JSON file to import.")
+        return redirect("chat:index")
+    try:
+        conversation = transfer.import_chat(user=request.user, raw=form.cleaned_data["file"].read())
+    except ValueError as exc:
+        messages.error(request, str(exc))
+        return redirect("chat:index")
+    return redirect("chat:detail", conversation_id=conversation.pk)
