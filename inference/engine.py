@@ -102,15 +102,17 @@ class LLMEngine:
         prompt: str | list[int],
         params: SamplingParams,
         *,
+        prompt_token_ids: list[int] | None = None,
         arrival_time: float | None = None,
         priority: int = 0,
     ) -> str:
+        """Queue a request; prompt_token_ids skips tokenizing when the caller already did it."""
         request_id = request_id or f"req-{next(self._ids)}"
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         if len(self.scheduler.waiting) >= self.config.max_queue_len:
             raise QueueFullError(f"{len(self.scheduler.waiting)} requests are already waiting")
-        token_ids = self.encode(prompt)
+        token_ids = prompt_token_ids if prompt_token_ids is not None else self.encode(prompt)
         max_tokens = self.check_prompt(token_ids, params)
         request = Request(
             request_id,

@@ -1,0 +1,248 @@
+"""AsyncEngine: one daemon thread runs LLMEngine.step(); asyncio callers submit and stream through it.
+
+Callers never touch the LLMEngine directly: they queue commands (add, abort) that the engine thread
+applies at the start of each iteration, and get outputs pushed with loop.call_soon_threadsafe into one
+asyncio.Queue per request. The thread sleeps on a condition while there is no work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from inference.config import EngineConfig
+from inference.engine import LLMEngine
+from inference.errors import EngineDeadError, QueueFullError
+from inference.metrics import EngineStats
+from inference.outputs import RequestOutput
+from inference.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class EngineHealth:
+    state: Literal["loading", "ready", "dead"]
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[RequestOutput | BaseException]
+
+
+@dataclass(slots=True)
+class _Add:
+    request_id: str
+    prompt_token_ids: list[int]
+    prompt: str | None
+    params: SamplingParams
+    priority: int
+    arrival_time: float
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self.model_name = engine.config.model
+        self.max_model_len = engine.max_model_len
+        self.tokenizer: Any = engine.tokenizer
+        self.eos_token_ids = engine.eos_token_ids
+        self._cond = threading.Condition()
+        self._commands: list[_Add | str] = []  # a str is a request id to abort
+        self._streams: dict[str, _Stream] = {}
+        self._accepting = True
+        self._stop = False
+        self._health = EngineHealth("ready")
+        self._stats = engine.stats()
+        self._thread = threading.Thread(
+            target=self._run, name=f"mooncake-engine-{self.model_name}", daemon=True
+        )
+        self._thread.start()
+
+    @classmethod
+    def start(cls, config: EngineConfig) -> AsyncEngine:
+        """Load the model synchronously, then start the step thread."""
+        return cls(LLMEngine(config))
+
+    # ---- what the model manager and console show ------------------------------------------------
+    @property
+    def memory_bytes(self) -> int:
+        """Weights plus KV cache, the figure the manager's memory budget counts."""
+        params = sum(p.numel() * p.element_size() for p in self.engine.loaded.model.parameters())
+        return int(params + getattr(self.engine.runner, "kv_cache_bytes", 0))
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.engine.runner.kv_capacity_tokens
+
+    @property
+    def model_details(self) -> dict[str, Any]:
+        loaded = self.engine.loaded
+        return {
+            "architecture": loaded.architecture,
+            "num_params": loaded.num_params,
+            "dtype": str(loaded.dtype).removeprefix("torch."),
+            "size_on_disk": loaded.size_on_disk,
+        }
+
+    # ---- caller side (any thread / event loop) ----------------------------------------------------
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=True
+        )
+        if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+
+    async def generate(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        request_id: str | None = None,
+        priority: int = 0,
+    ) -> AsyncIterator[RequestOutput]:
+        """Stream outputs; closing the iterator early aborts the request and frees its blocks."""
+        request_id = request_id or uuid.uuid4().hex
+        if self._health.state == "dead" or not self._accepting:
+            raise EngineDeadError(self._health.error or "the engine is shut down")
+        token_ids = self.engine.encode(prompt)
+        self.engine.check_prompt(token_ids, params)
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        with self._cond:
+            if not self._accepting or self._health.state == "dead":
+                raise EngineDeadError(self._health.error or "the engine is shut down")
+            if request_id in self._streams:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            pending = sum(isinstance(c, _Add) for c in self._commands)
+            if self._stats.num_waiting + pending >= self.engine.config.max_queue_len:
+                raise QueueFullError(f"{self._stats.num_waiting + pending} requests are already waiting")
+            self._streams[request_id] = stream
+            prompt_text = prompt if isinstance(prompt, str) else None
+            self._commands.append(_Add(request_id, token_ids, prompt_text, params, priority, time.time()))
+            self._cond.notify()
+        finished = False
+        try:
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self._submit_abort(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        self._submit_abort(request_id)
+
+    def health(self) -> EngineHealth:
+        return EngineHealth(self._health.state, self._health.error)
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def shutdown(self, *, drain_timeout: float = 0.0) -> None:
+        """Stop accepting, let running requests finish for up to drain_timeout seconds, then stop."""
+        with self._cond:
+            self._accepting = False
+        deadline = time.monotonic() + drain_timeout
+        while time.monotonic() < deadline and self._thread.is_alive() and self._busy():
+            time.sleep(0.01)
+        with self._cond:
+            self._commands.extend(self._streams)  # abort whatever is left; consumers get a final output
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout=30.0)
+
+    # ---- engine thread ----------------------------------------------------------------------------
+    def _busy(self) -> bool:
+        with self._cond:
+            return bool(self._streams or self._commands)
+
+    def _submit_abort(self, request_id: str) -> None:
+        with self._cond:
+            self._commands.append(request_id)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not (self._commands or self._stop or self.engine.has_unfinished_requests()):
+                        self._cond.wait()
+                    commands, self._commands = self._commands, []
+                    stop = self._stop
+                self._apply(commands)
+                outputs = self.engine.step() if self.engine.has_unfinished_requests() else []
+                self._stats = self.engine.stats()
+                self._deliver(outputs)
+                if stop and not self.engine.has_unfinished_requests():
+                    return
+        except Exception as exc:
+            logger.exception("Engine thread for %s died", self.model_name)
+            self._die(f"{type(exc).__name__}: {exc}")
+
+    def _apply(self, commands: list[_Add | str]) -> None:
+        for command in commands:
+            if isinstance(command, str):
+                self.engine.abort_request(command)
+                continue
+            try:
+                self.engine.add_request(
+                    command.request_id,
+                    command.prompt if command.prompt is not None else command.prompt_token_ids,
+                    command.params,
+                    prompt_token_ids=command.prompt_token_ids,
+                    arrival_time=command.arrival_time,
+                    priority=command.priority,
+                )
+            except (ValueError, QueueFullError) as exc:  # checked up front; only a race gets here
+                self._deliver_error(command.request_id, exc)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        with self._cond:
+            targets = [(self._streams.get(out.request_id), out) for out in outputs]
+            for out in outputs:
+                if out.finished:
+                    self._streams.pop(out.request_id, None)
+        for stream, out in targets:
+            if stream is not None:
+                _push(stream, out)
+
+    def _deliver_error(self, request_id: str, exc: BaseException) -> None:
+        with self._cond:
+            stream = self._streams.pop(request_id, None)
+        if stream is not None:
+            _push(stream, exc)
+
+    def _die(self, error: str) -> None:
+        with self._cond:
+            self._health = EngineHealth("dead", error)
+            self._accepting = False
+            streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            _push(stream, EngineDeadError(f"the engine died: {error}"))
+
+
+def _push(stream: _Stream, item: RequestOutput | BaseException) -> None:
+    # A closed caller loop raises RuntimeError: nobody is listening any more.
+    with contextlib.suppress(RuntimeError):
+        stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)

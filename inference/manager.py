@@ -1,0 +1,234 @@
+"""ModelManager: several models in one process, a memory budget with LRU eviction, idle keep-alive."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from inference.async_engine import AsyncEngine
+from inference.config import EngineConfig
+from inference.engine import free_torch_memory
+from inference.errors import InsufficientMemoryError, NoModelLoadedError, UnknownModelError
+
+ModelState = Literal["available", "loading", "loaded", "unloading", "failed"]
+
+
+@dataclass(slots=True)
+class ModelInfo:
+    name: str
+    aliases: list[str]
+    source: str
+    state: ModelState = "available"
+    error: str | None = None
+    architecture: str | None = None
+    num_params: int | None = None
+    dtype: str | None = None
+    size_on_disk: int | None = None
+    memory_bytes: int | None = None
+    kv_capacity_tokens: int | None = None
+    requests_served: int = 0
+    last_used: float | None = None
+    keep_alive_seconds: float | None = None
+    is_default: bool = False
+
+
+@dataclass(slots=True)
+class _Entry:
+    config: EngineConfig
+    info: ModelInfo
+    engine: AsyncEngine | None = None
+    served_before: int = 0  # requests served by earlier loads of this model
+    load_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ModelManager:
+    """Thread-safe. `load` blocks (call it via asyncio.to_thread from async code)."""
+
+    def __init__(
+        self,
+        *,
+        memory_budget_bytes: int | None = None,
+        evict_lru: bool = True,
+        engine_factory: Callable[[EngineConfig], AsyncEngine] | None = None,
+    ) -> None:
+        if memory_budget_bytes is not None and memory_budget_bytes <= 0:
+            raise ValueError(f"memory_budget_bytes must be > 0, got {memory_budget_bytes}")
+        self.memory_budget_bytes = memory_budget_bytes
+        self.evict_lru = evict_lru
+        self._factory = engine_factory or AsyncEngine.start
+        self._lock = threading.RLock()
+        self._entries: dict[str, _Entry] = {}
+        self._aliases: dict[str, str] = {}
+        self.default_name: str | None = None
+
+    # ---- registry ---------------------------------------------------------------------------------
+    def register(
+        self,
+        name: str,
+        config: EngineConfig,
+        *,
+        aliases: list[str] | None = None,
+        keep_alive_seconds: float | None = None,
+    ) -> ModelInfo:
+        aliases = list(aliases or [])
+        if keep_alive_seconds is not None and keep_alive_seconds <= 0:
+            raise ValueError(f"keep_alive_seconds must be > 0, got {keep_alive_seconds}")
+        with self._lock:
+            for key in [name, *aliases]:
+                if key in self._entries or key in self._aliases:
+                    raise ValueError(f"model name or alias {key!r} is already registered")
+            info = ModelInfo(name, aliases, config.model, keep_alive_seconds=keep_alive_seconds)
+            self._entries[name] = _Entry(config, info)
+            self._aliases.update(dict.fromkeys(aliases, name))
+            if self.default_name is None:
+                self.default_name = name
+            return self._info(name)
+
+    def unregister(self, name: str) -> None:
+        name = self.resolve(name)
+        self.unload(name)
+        with self._lock:
+            entry = self._entries.pop(name)
+            for alias in entry.info.aliases:
+                self._aliases.pop(alias, None)
+            if self.default_name == name:
+                self.default_name = next(iter(self._entries), None)
+
+    def resolve(self, name: str) -> str:
+        with self._lock:
+            if name in self._entries:
+                return name
+            if name in self._aliases:
+                return self._aliases[name]
+        raise UnknownModelError(f"model {name!r} does not exist")
+
+    def set_default(self, name: str) -> None:
+        self.default_name = self.resolve(name)
+
+    def list(self) -> list[ModelInfo]:
+        with self._lock:
+            return [self._info(name) for name in self._entries]
+
+    # ---- loading ----------------------------------------------------------------------------------
+    def load(self, name: str) -> AsyncEngine:
+        entry = self._entries[self.resolve(name)]
+        with entry.load_lock:
+            if entry.engine is not None:
+                self.touch(entry.info.name)
+                return entry.engine
+            with self._lock:
+                entry.info.state, entry.info.error = "loading", None
+            try:
+                self._make_room(entry, entry.info.memory_bytes or 0)  # known from an earlier load
+                engine = self._factory(entry.config)
+                try:
+                    self._make_room(entry, engine.memory_bytes)
+                except InsufficientMemoryError:
+                    engine.shutdown()
+                    raise
+            except Exception as exc:
+                with self._lock:
+                    entry.info.state, entry.info.error = "failed", f"{type(exc).__name__}: {exc}"
+                raise
+            with self._lock:
+                entry.engine = engine
+                entry.info = replace(
+                    entry.info,
+                    state="loaded",
+                    memory_bytes=engine.memory_bytes,
+                    kv_capacity_tokens=engine.kv_capacity_tokens,
+                    last_used=time.time(),
+                    **engine.model_details,
+                )
+            return engine
+
+    def unload(self, name: str, *, drain_timeout: float = 0.0) -> None:
+        entry = self._entries[self.resolve(name)]
+        with self._lock:
+            engine, entry.engine = entry.engine, None
+            if engine is None:
+                return
+            entry.info.state = "unloading"
+            entry.served_before += engine.stats().requests_total
+        engine.shutdown(drain_timeout=drain_timeout)
+        del engine
+        gc.collect()
+        free_torch_memory()
+        with self._lock:
+            entry.info.state = "available"
+
+    def get(self, name: str | None = None) -> AsyncEngine:
+        """The loaded engine for name (None: the default); counts as use for LRU and keep-alive."""
+        if name is None:
+            if self.default_name is None:
+                raise NoModelLoadedError("no default model is configured")
+            name = self.default_name
+        entry = self._entries[self.resolve(name)]
+        engine = entry.engine
+        if engine is None:
+            raise NoModelLoadedError(f"model {entry.info.name!r} is not loaded (state: {entry.info.state})")
+        self.touch(entry.info.name)
+        return engine
+
+    def touch(self, name: str) -> None:
+        with self._lock:
+            self._entries[self.resolve(name)].info.last_used = time.time()
+
+    def reap_idle(self, now: float | None = None) -> list[str]:
+        """Unload idle models past their keep_alive_seconds; the web layer calls this periodically."""
+        now = time.time() if now is None else now
+        with self._lock:
+            idle = [
+                name
+                for name, e in self._entries.items()
+                if e.engine is not None
+                and e.info.keep_alive_seconds is not None
+                and now - (e.info.last_used or now) > e.info.keep_alive_seconds
+                and _is_idle(e.engine)
+            ]
+        for name in idle:
+            self.unload(name)
+        return idle
+
+    # ---- internals --------------------------------------------------------------------------------
+    def _info(self, name: str) -> ModelInfo:
+        entry = self._entries[name]
+        served = entry.served_before + (entry.engine.stats().requests_total if entry.engine else 0)
+        return replace(
+            entry.info,
+            aliases=list(entry.info.aliases),
+            requests_served=served,
+            is_default=name == self.default_name,
+        )
+
+    def _make_room(self, entry: _Entry, needed: int) -> None:
+        """Evict idle loaded models, least recently used first, until `needed` bytes fit the budget."""
+        budget = self.memory_budget_bytes
+        if budget is None or needed <= 0:
+            return
+        while True:
+            with self._lock:
+                others = [e for e in self._entries.values() if e is not entry and e.engine is not None]
+                available = budget - sum(e.info.memory_bytes or 0 for e in others)
+                if needed <= available:
+                    return
+                candidates = sorted(
+                    (e for e in others if e.engine is not None and _is_idle(e.engine)),
+                    key=lambda e: e.info.last_used or 0.0,
+                )
+            if not self.evict_lru or not candidates:
+                raise InsufficientMemoryError(
+                    f"model {entry.info.name!r} needs {needed} bytes but only {max(available, 0)} of the "
+                    f"{budget}-byte budget are available"
+                    + ("" if self.evict_lru else " (LRU eviction is off)")
+                )
+            self.unload(candidates[0].info.name)
+
+
+def _is_idle(engine: Any) -> bool:
+    stats = engine.stats()
+    return int(stats.num_running) + int(stats.num_waiting) == 0
