@@ -20,7 +20,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from webapp.core.engine import start_default_model_in_background  # noqa: E402
+from webapp.core.engine import start_default_model_in_background, start_idle_reaper  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -33,3 +33,4 @@ application = ProtocolTypeRouter(
 
 if settings.MOONCAKE_AUTOLOAD:
     start_default_model_in_background()
+    start_idle_reaper()

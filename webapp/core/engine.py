@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-_WEB_ONLY_KEYS = ("served_model_name", "aliases")
+REAP_INTERVAL_SECONDS = 30.0
 
 _lock = threading.Lock()
 _manager: ModelManager | Any | None = None
@@ -29,10 +30,7 @@ _manager: ModelManager | Any | None = None
 
 def engine_config_dict(mooncake: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The yaml `model` and `engine` sections merged, as `EngineConfig.from_dict` takes them."""
-    merged = {**mooncake.get("model", {}), **mooncake.get("engine", {})}
-    for key in _WEB_ONLY_KEYS:
-        merged.pop(key, None)
-    return merged
+    return {**mooncake.get("model", {}), **mooncake.get("engine", {})}
 
 
 def build_engine_config(mooncake: dict[str, dict[str, Any]]) -> EngineConfig:
@@ -42,9 +40,9 @@ def build_engine_config(mooncake: dict[str, dict[str, Any]]) -> EngineConfig:
 
 
 def served_model_name(mooncake: dict[str, dict[str, Any]]) -> str:
-    """The name API clients use: `model.served_model_name`, else derived from the model's source."""
+    """The name API clients use: `model.name`, else derived from the model's source."""
     model = mooncake.get("model", {})
-    explicit = model.get("served_model_name")
+    explicit = model.get("name")
     if explicit:
         return str(explicit)
     source = str(model.get("model_id") or model.get("model") or "default")
@@ -81,7 +79,7 @@ def get_manager() -> ModelManager:
     with _lock:
         if _manager is None:
             _manager = _build_manager()
-        return _manager  # type: ignore[return-value]
+        return _manager
 
 
 def set_manager(manager: ModelManager | Any | None) -> None:
@@ -94,7 +92,7 @@ def set_manager(manager: ModelManager | Any | None) -> None:
 async def get_engine(model: str | None = None) -> AsyncEngine:
     """The loaded engine for `model` (None = default); raises UnknownModelError / NoModelLoadedError."""
     manager = await asyncio.to_thread(get_manager) if _manager is None else _manager
-    return manager.get(model)  # type: ignore[no-any-return]
+    return manager.get(model)
 
 
 def _load_default() -> None:
@@ -114,6 +112,28 @@ def _load_default() -> None:
 
 def start_default_model_in_background() -> threading.Thread:
     thread = threading.Thread(target=_load_default, name="mooncake-autoload", daemon=True)
+    thread.start()
+    return thread
+
+
+def _reap_idle_forever(interval: float) -> None:
+    while True:
+        time.sleep(interval)
+        manager = _manager
+        if manager is None:
+            continue
+        try:
+            for name in manager.reap_idle():
+                logger.info("Unloaded idle model %s (keep_alive elapsed)", name)
+        except Exception:
+            logger.exception("Reaping idle models failed")
+
+
+def start_idle_reaper(interval: float = REAP_INTERVAL_SECONDS) -> threading.Thread:
+    """Unload models whose keep_alive has elapsed; the manager does not run a timer of its own."""
+    thread = threading.Thread(
+        target=_reap_idle_forever, args=(interval,), name="mooncake-reaper", daemon=True
+    )
     thread.start()
     return thread
 

@@ -1,6 +1,17 @@
-"""pytest: a throwaway data directory (set by tests/conftest.py), no model autoload, fast hashing."""
+"""pytest: a throwaway data directory, a shared model cache, no model autoload, fast hashing."""
 
 from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+# Before base reads them. The environment carries both to the servers and workers tests start, and the
+# converted-model cache outlives the run so the default GGUF is converted once per checkout.
+if not os.environ.get("MOONCAKE_DATA"):
+    os.environ["MOONCAKE_DATA"] = tempfile.mkdtemp(prefix="mooncake-test-")
+    os.environ["MOONCAKE_TEST_OWNS_DATA"] = os.environ["MOONCAKE_DATA"]
+os.environ.setdefault("MOONCAKE_CACHE_DIR", str(Path(__file__).resolve().parents[2] / "var" / "cache"))
 
 from webapp.settings.base import *  # noqa: F403
 from webapp.settings.env import env_bool, env_choice

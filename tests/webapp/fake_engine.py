@@ -1,0 +1,340 @@
+"""A fake AsyncEngine and ModelManager with the contract's surface, for web-layer tests.
+
+    engine = FakeEngine(script="Hello there, friend.")
+    manager = FakeModelManager.with_engine(engine)      # or the `fake_manager` fixture in tests/conftest.py
+    set_manager(manager)
+
+Tokens are whitespace-delimited pieces of text ("Hello ", "there, ", "friend."), so token counts are easy
+to reason about. `generate` streams the script one token per RequestOutput, honours max_tokens, stop
+strings, stop_token_ids and n, raises the engine's own exceptions, and records calls and aborts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from inference import (
+    CompletionOutput,
+    EngineDeadError,
+    EngineHealth,
+    EngineStats,
+    NoModelLoadedError,
+    PromptTooLongError,
+    QueueFullError,
+    RequestOutput,
+    SamplingParams,
+    UnknownModelError,
+)
+
+_PIECE = re.compile(r"\s*\S+\s*|\s+")
+EOS_TOKEN_ID = 0
+
+
+class FakeTokenizer:
+    """Whitespace-piece tokenizer with a vocabulary that grows as it meets new pieces (id 0 is EOS)."""
+
+    eos_token = "</s>"
+    eos_token_id = EOS_TOKEN_ID
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {self.eos_token: EOS_TOKEN_ID}
+        self._pieces: list[str] = [self.eos_token]
+
+    def _id(self, piece: str) -> int:
+        if piece not in self._ids:
+            self._ids[piece] = len(self._pieces)
+            self._pieces.append(piece)
+        return self._ids[piece]
+
+    def pieces(self, text: str) -> list[str]:
+        return _PIECE.findall(text)
+
+    def encode(self, text: str, add_special_tokens: bool = False, **kwargs: Any) -> list[int]:
+        return [self._id(p) for p in self.pieces(text)]
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True, **kwargs: Any) -> str:
+        pieces = [self._pieces[i] for i in token_ids if not (skip_special_tokens and i == EOS_TOKEN_ID)]
+        return "".join(pieces)
+
+    def convert_ids_to_tokens(self, token_ids: list[int]) -> list[str]:
+        return [self._pieces[i] for i in token_ids]
+
+    def __call__(self, text: str, **kwargs: Any) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text)}
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+
+class FakeEngine:
+    """Streams `script` for every request; set `state`, `queue_full` or `token_delay` to shape behaviour."""
+
+    def __init__(
+        self,
+        *,
+        model_name: str = "fake-model",
+        script: str = "Hello! I am a fake model used in tests.",
+        max_model_len: int = 2048,
+        state: Literal["loading", "ready", "dead"] = "ready",
+        error: str | None = None,
+        token_delay: float = 0.0,
+    ) -> None:
+        self.model_name = model_name
+        self.script = script
+        self.max_model_len = max_model_len
+        self.state: Literal["loading", "ready", "dead"] = state
+        self.error = error
+        self.token_delay = token_delay
+        self.queue_full = False
+        self.tokenizer = FakeTokenizer()
+        self.eos_token_ids = {EOS_TOKEN_ID}
+        self.calls: list[tuple[str | list[int], SamplingParams, str]] = []
+        self.aborted: list[str] = []
+        self.finished: list[str] = []
+        self.running: set[str] = set()
+        self.shutdown_calls: list[float] = []
+        self._stats = EngineStats(kv_capacity_tokens=max_model_len * 4)
+
+    # ---- contract surface -------------------------------------------------------------------------
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        text = "".join(f"<|{m['role']}|> {m.get('content') or ''}\n" for m in messages)
+        if tools:
+            text += f"<|tools|> {len(tools)}\n"
+        if add_generation_prompt:
+            text += "<|assistant|> "
+        return self.tokenizer.encode(text)
+
+    async def generate(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        request_id: str | None = None,
+        priority: int = 0,
+    ) -> AsyncIterator[RequestOutput]:
+        request_id = request_id or uuid.uuid4().hex
+        if self.state == "dead":
+            raise EngineDeadError(self.error or "the fake engine is dead")
+        if self.queue_full:
+            raise QueueFullError("the fake engine's queue is full")
+        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        budget = self.max_model_len - len(prompt_ids)
+        if budget <= 0 or (params.max_tokens is not None and params.max_tokens > budget):
+            raise PromptTooLongError(
+                f"{len(prompt_ids)} prompt tokens + max_tokens={params.max_tokens} > {self.max_model_len}"
+            )
+        self.calls.append((prompt, params, request_id))
+        return self._stream(request_id, prompt, prompt_ids, params)
+
+    async def abort(self, request_id: str) -> None:
+        if request_id in self.running:
+            self.aborted.append(request_id)
+            self.running.discard(request_id)
+
+    def health(self) -> EngineHealth:
+        return EngineHealth(self.state, self.error)
+
+    def stats(self) -> EngineStats:
+        self._stats.num_running = len(self.running)
+        return self._stats
+
+    def shutdown(self, *, drain_timeout: float = 0.0) -> None:
+        self.shutdown_calls.append(drain_timeout)
+        self.state = "dead"
+        self.error = "shut down"
+
+    # ---- helpers ----------------------------------------------------------------------------------
+    def _completion(self, index: int, ids: list[int], new: list[int], finish: str | None, stop: Any) -> Any:
+        return CompletionOutput(
+            index=index,
+            text=self.tokenizer.decode(ids),
+            token_ids=list(ids),
+            delta_text=self.tokenizer.decode(new),
+            delta_token_ids=list(new),
+            logprobs=None,
+            finish_reason=finish,  # type: ignore[arg-type]
+            stop_reason=stop,
+        )
+
+    async def _stream(
+        self, request_id: str, prompt: str | list[int], prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[RequestOutput]:
+        script_ids = [*self.tokenizer.encode(self.script), EOS_TOKEN_ID]
+        limit = params.max_tokens if params.max_tokens is not None else self.max_model_len - len(prompt_ids)
+        generated: list[list[int]] = [[] for _ in range(params.n)]
+        self.running.add(request_id)
+        self._stats.prompt_tokens_total += len(prompt_ids)
+        started = time.monotonic()
+        finished_cleanly = False
+        try:
+            for step, token in enumerate(script_ids):
+                if request_id not in self.running:  # aborted from outside
+                    return
+                if self.token_delay:
+                    await asyncio.sleep(self.token_delay)
+                outputs, done = [], True
+                for index, ids in enumerate(generated):
+                    finish, stop, new = self._next(ids, token, params, step, limit)
+                    outputs.append(self._completion(index, ids, new, finish, stop))
+                    done = done and finish is not None
+                self._stats.generation_tokens_total += params.n
+                yield RequestOutput(
+                    request_id=request_id,
+                    prompt=prompt if isinstance(prompt, str) else None,
+                    prompt_token_ids=prompt_ids,
+                    prompt_logprobs=None,
+                    outputs=outputs,
+                    finished=done,
+                )
+                if done:
+                    finished_cleanly = True
+                    reason = outputs[0].finish_reason or "stop"
+                    self._stats.finished_by_reason[reason] = self._stats.finished_by_reason.get(reason, 0) + 1
+                    self._stats.ttft_samples.append(time.monotonic() - started)
+                    self.finished.append(request_id)
+                    return
+        finally:
+            if not finished_cleanly and request_id in self.running:
+                self.aborted.append(request_id)
+            self.running.discard(request_id)
+
+    def _next(
+        self, ids: list[int], token: int, params: SamplingParams, step: int, limit: int
+    ) -> tuple[str | None, str | int | None, list[int]]:
+        """Append `token` unless it ends the sequence; returns (finish_reason, stop_reason, new ids)."""
+        if token == EOS_TOKEN_ID and not params.ignore_eos:
+            return "stop", None, []
+        if token in params.stop_token_ids:
+            return "stop", token, []
+        ids.append(token)
+        text = self.tokenizer.decode(ids)
+        for stop in params.stop:
+            cut = text.find(stop)
+            if cut != -1:
+                # Like the real detokenizer: the stop string itself is never emitted.
+                kept = self.tokenizer.encode(text[:cut])
+                del ids[:]
+                ids.extend(kept)
+                return "stop", stop, []
+        if len(ids) >= limit:
+            return "length", None, [token]
+        return None, None, [token]
+
+
+@dataclass
+class FakeModelInfo:
+    name: str
+    aliases: list[str] = field(default_factory=list)
+    source: str = "fake"
+    state: str = "available"  # available|loading|loaded|unloading|failed
+    error: str | None = None
+    architecture: str = "FakeForCausalLM"
+    num_params: int = 1_000
+    dtype: str = "float32"
+    size_on_disk: int = 4_000
+    memory_bytes: int = 0
+    kv_capacity_tokens: int = 0
+    requests_served: int = 0
+    last_used: float | None = None
+
+
+class FakeModelManager:
+    """ModelManager's surface over FakeEngines; `load` builds one from `engine_factory`."""
+
+    def __init__(self, *, engine_factory: Any = None) -> None:
+        self._engine_factory = engine_factory or (lambda name, config: FakeEngine(model_name=name))
+        self._infos: dict[str, FakeModelInfo] = {}
+        self._configs: dict[str, Any] = {}
+        self._engines: dict[str, FakeEngine] = {}
+        self.default_name: str | None = None
+        self.loads: list[str] = []
+        self.unloads: list[tuple[str, float]] = []
+
+    @classmethod
+    def with_engine(cls, engine: FakeEngine, *, aliases: list[str] | None = None) -> FakeModelManager:
+        """A manager whose default model is `engine`, already loaded."""
+        manager = cls()
+        manager.register(engine.model_name, None, aliases=aliases or [])
+        manager.attach(engine.model_name, engine)
+        return manager
+
+    def attach(self, name: str, engine: FakeEngine) -> None:
+        self._engines[name] = engine
+        self._infos[name].state = "loaded"
+        self._infos[name].kv_capacity_tokens = engine.max_model_len * 4
+
+    def register(self, name: str, config: Any, *, aliases: list[str] | None = None) -> FakeModelInfo:
+        if name in self._infos:
+            raise ValueError(f"a model named {name!r} is already registered")
+        source = str(getattr(config, "model", "fake"))
+        info = FakeModelInfo(name=name, aliases=list(aliases or []), source=source)
+        self._infos[name] = info
+        self._configs[name] = config
+        if self.default_name is None:
+            self.default_name = name
+        return info
+
+    def unregister(self, name: str) -> None:
+        name = self._resolve(name)
+        self.unload(name)
+        del self._infos[name]
+        if self.default_name == name:
+            self.default_name = next(iter(self._infos), None)
+
+    def load(self, name: str) -> FakeEngine:
+        name = self._resolve(name)
+        self.loads.append(name)
+        if name not in self._engines:
+            self.attach(name, self._engine_factory(name, self._configs.get(name)))
+        return self._engines[name]
+
+    def unload(self, name: str, *, drain_timeout: float = 0.0) -> None:
+        name = self._resolve(name)
+        engine = self._engines.pop(name, None)
+        if engine is not None:
+            engine.shutdown(drain_timeout=drain_timeout)
+            self.unloads.append((name, drain_timeout))
+        self._infos[name].state = "available"
+
+    def get(self, name: str | None = None) -> FakeEngine:
+        if name is None:
+            if self.default_name is None:
+                raise NoModelLoadedError("no default model")
+            name = self.default_name
+        name = self._resolve(name)
+        engine = self._engines.get(name)
+        if engine is None:
+            raise NoModelLoadedError(f"model {name} is not loaded")
+        self._infos[name].last_used = time.time()
+        return engine
+
+    def set_default(self, name: str) -> None:
+        self.default_name = self._resolve(name)
+
+    def list(self) -> list[FakeModelInfo]:
+        return list(self._infos.values())
+
+    def set_state(self, name: str, state: str, error: str | None = None) -> None:
+        """Force a model's listed state (e.g. "loading" or "failed") for health and console tests."""
+        self._infos[self._resolve(name)].state = state
+        self._infos[self._resolve(name)].error = error
+
+    def _resolve(self, name: str) -> str:
+        if name in self._infos:
+            return name
+        for info in self._infos.values():
+            if name in info.aliases:
+                return info.name
+        raise UnknownModelError(name)

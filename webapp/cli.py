@@ -1,0 +1,259 @@
+"""The `mooncake` command: serve (migrate, then Daphne and a Celery worker), check, models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+CHILD_POLL_SECONDS = 0.5
+PORT_WAIT_SECONDS = 60.0
+# After the server's own drain timeout, how long to wait before killing a child that will not stop.
+STOP_GRACE_SECONDS = 15.0
+
+
+def _setup_django(config: str | None, settings_module: str | None) -> None:
+    if config:
+        path = Path(config).expanduser().resolve()
+        if not path.is_file():
+            raise SystemExit(f"mooncake: config file {path} does not exist")
+        os.environ["MOONCAKE_CONFIG"] = str(path)
+    if settings_module:
+        os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
+    import django
+
+    django.setup()
+
+
+def _wait_for_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection((probe_host, port), timeout=1.0):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+class Supervisor:
+    """Runs the server and the worker as children in their own sessions, and stops them together."""
+
+    def __init__(self, commands: dict[str, list[str]], *, stop_timeout: float) -> None:
+        self.commands = commands
+        self.stop_timeout = stop_timeout
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.signals_received = 0
+
+    def start(self) -> None:
+        for name, command in self.commands.items():
+            # A session of their own: Ctrl-C reaches only us, and we forward exactly one SIGTERM.
+            self.children[name] = subprocess.Popen(command, start_new_session=True)
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals_received += 1
+        if self.signals_received == 1:
+            print(
+                "\nmooncake: stopping (running generations may finish; Ctrl-C again to stop now)", flush=True
+            )
+            self._send(signal.SIGTERM)
+        else:
+            # The server stops at once on its second signal; Celery's SIGQUIT is its cold shutdown.
+            self._send(signal.SIGINT, only="server")
+            self._send(signal.SIGQUIT, only="worker")
+
+    def _send(self, signum: int, only: str | None = None) -> None:
+        for name, child in self.children.items():
+            if (only is None or name == only) and child.poll() is None:
+                child.send_signal(signum)
+
+    def wait(self) -> int:
+        """Returns when every child is gone; a child that dies on its own takes the others down."""
+        while True:
+            if self.signals_received:
+                return self._reap()
+            for name, child in self.children.items():
+                code = child.poll()
+                if code is not None:
+                    print(f"mooncake: {name} exited with status {code}; stopping the rest", flush=True)
+                    self.signals_received = 1
+                    self._send(signal.SIGTERM)
+                    self._reap()
+                    return code or 1
+            time.sleep(CHILD_POLL_SECONDS)
+
+    def _reap(self) -> int:
+        deadline = time.monotonic() + self.stop_timeout
+        status = 0
+        for name, child in self.children.items():
+            try:
+                code = child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                print(f"mooncake: {name} did not stop in time; killing it", flush=True)
+                child.kill()
+                code = child.wait()
+            if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+                status = status or 1
+        return status
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    _setup_django(args.config, args.settings)
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from webapp.core.selectors import users_exist
+
+    call_command("migrate", interactive=False, verbosity=0)
+    server_cfg = settings.MOONCAKE["server"]
+    host = args.host or str(server_cfg["host"])
+    port = int(args.port or server_cfg["port"])
+    commands = {
+        "server": [sys.executable, "-m", "webapp.core.server", "--host", host, "--port", str(port)],
+    }
+    if not args.no_worker:
+        commands["worker"] = [
+            sys.executable, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO",
+            "--without-gossip", "--without-mingle", "--hostname", f"mooncake@{socket.gethostname()}",
+        ]  # fmt: skip
+    supervisor = Supervisor(commands, stop_timeout=settings.MOONCAKE_DRAIN_TIMEOUT + STOP_GRACE_SECONDS)
+    signal.signal(signal.SIGINT, supervisor.on_signal)
+    signal.signal(signal.SIGTERM, supervisor.on_signal)
+    supervisor.start()
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    if _wait_for_port(host, port, supervisor.children["server"], PORT_WAIT_SECONDS):
+        url = f"http://{shown_host}:{port}/"
+        print(f"\n  Mooncake is running at {url}", flush=True)
+        if users_exist():
+            print("  Log in with your account. (Forgot the password? python manage.py changepassword NAME)")
+        else:
+            print("  First visit: the page asks you to create the administrator account.")
+        print(f"  The model loads in the background; {url}health turns 200 when it is ready.")
+        print("  Ctrl-C stops everything.\n", flush=True)
+    return supervisor.wait()
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    _setup_django(args.config, args.settings)
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from webapp.core.engine import build_engine_config, served_model_name
+    from webapp.core.modelpaths import check_source
+
+    call_command("check")
+    problems: list[str] = []
+    mooncake = settings.MOONCAKE
+    print(f"settings:     {os.environ['DJANGO_SETTINGS_MODULE']}")
+    print(f"config file:  {settings.MOONCAKE_CONFIG_PATH or '(none; defaults)'}")
+    print(f"data dir:     {settings.DATA_DIR}")
+    print(f"model cache:  {settings.CACHE_DIR}")
+    print(f"database:     {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
+    print(f"celery:       {settings.CELERY_BROKER_URL}")
+    print(f"api auth:     {settings.MOONCAKE_API_AUTH}")
+    for root in settings.MODEL_ROOTS:
+        print(f"model root:   {root}{'' if root.is_dir() else '  (missing; created on first upload)'}")
+    try:
+        build_engine_config(mooncake)
+    except (ValueError, TypeError) as exc:
+        problems.append(f"engine settings: {exc}")
+    source = str(mooncake["model"].get("model_id") or mooncake["model"].get("model") or "default")
+    result = check_source(source)
+    print(f"model:        {served_model_name(mooncake)} <- {result.path or source}")
+    if result.problem:
+        problems.append(f"model: {result.problem}")
+    for problem in problems:
+        print(f"PROBLEM: {problem}", file=sys.stderr)
+    print("OK" if not problems else f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def _live_models(host: str, port: int) -> list[dict[str, Any]] | None:
+    probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    try:
+        with urllib.request.urlopen(f"http://{probe_host}:{port}/health", timeout=3) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()  # 503 still carries the model states
+    except OSError:
+        return None
+    models = json.loads(body).get("models", [])
+    return models if isinstance(models, list) else []
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    _setup_django(args.config, args.settings)
+    from django.conf import settings
+
+    from webapp.core.engine import served_model_name
+    from webapp.core.modelpaths import check_source
+
+    mooncake = settings.MOONCAKE
+    source = str(mooncake["model"].get("model_id") or mooncake["model"].get("model") or "default")
+    check = check_source(source)
+    print("Configured:")
+    print(
+        f"  {served_model_name(mooncake)}  (default)  {check.path or source}  {check.problem or ''}".rstrip()
+    )
+    host = args.host or str(mooncake["server"]["host"])
+    port = int(args.port or mooncake["server"]["port"])
+    live = _live_models(host, port)
+    if live is None:
+        print(f"Server: not running at {host}:{port}")
+        return 0
+    print(f"Server at {host}:{port}:")
+    for model in live:
+        error = f"  {model['error']}" if model.get("error") else ""
+        print(f"  {model['name']}  {model['state']}{error}")
+    if not live:
+        print("  (no models registered)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mooncake", description="Self-hosted LLM serving.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="mooncake.yaml (default: $MOONCAKE_CONFIG or ./mooncake.yaml)")
+        p.add_argument("--settings", help="Django settings module (default: webapp.settings.local)")
+
+    serve = sub.add_parser("serve", help="migrate, then run the web server and a Celery worker")
+    common(serve)
+    serve.add_argument("--host", help="bind address (default: server.host from the config, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: server.port from the config, else 8000)")
+    serve.add_argument("--no-worker", action="store_true", help="do not start a Celery worker")
+    serve.set_defaults(func=cmd_serve)
+
+    check = sub.add_parser("check", help="check settings and model paths")
+    common(check)
+    check.set_defaults(func=cmd_check)
+
+    models = sub.add_parser("models", help="list configured models and, if the server runs, their state")
+    common(models)
+    models.add_argument("--host")
+    models.add_argument("--port", type=int)
+    models.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
