@@ -1,0 +1,25 @@
+"""Our model implementations, keyed by the HF `architectures` name they load."""
+
+from __future__ import annotations
+
+from inference.models.decoder import DecoderForCausalLM
+from inference.models.qwen import Qwen2ForCausalLM, Qwen3ForCausalLM
+
+MODEL_REGISTRY: dict[str, type[DecoderForCausalLM]] = {
+    "LlamaForCausalLM": DecoderForCausalLM,
+    "MistralForCausalLM": DecoderForCausalLM,
+    "Qwen2ForCausalLM": Qwen2ForCausalLM,
+    "Qwen3ForCausalLM": Qwen3ForCausalLM,
+}
+SUPPORTED_ARCHITECTURES = tuple(MODEL_REGISTRY)
+
+
+def get_model_class(architecture: str) -> type[DecoderForCausalLM]:
+    if architecture not in MODEL_REGISTRY:
+        raise ValueError(
+            f"unsupported architecture {architecture!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    return MODEL_REGISTRY[architecture]
+
+
+__all__ = ["MODEL_REGISTRY", "SUPPORTED_ARCHITECTURES", "DecoderForCausalLM", "get_model_class"]

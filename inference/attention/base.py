@@ -1,0 +1,61 @@
+"""The attention backend interface: one step's layout in, per-backend metadata out, then per-layer forward."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(slots=True)
+class BatchLayout:
+    """Host-side shape of one ragged step, in the order of the flat token batch."""
+
+    query_lens: list[int]  # tokens computed this step, per sequence
+    context_lens: list[int]  # cached + new tokens per sequence (= start + query_len)
+    block_tables: list[list[int]]  # physical blocks per sequence, at least ceil(context_len / block_size)
+    slot_mapping: torch.Tensor  # [num_tokens] int64 on the device: where each new token's K/V goes
+    block_size: int
+    device: torch.device
+
+
+class AttentionBackend(ABC):
+    name: str
+
+    @abstractmethod
+    def build_metadata(self, layout: BatchLayout) -> Any:
+        """Everything the layers need, built once per step and shared by all layers."""
+
+    @abstractmethod
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: Any,
+        scale: float,
+    ) -> torch.Tensor:
+        """Store k/v ([T, Hkv, D]) into the cache, then attend q ([T, H, D]) over each sequence's context."""
+
+
+def write_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+) -> None:
+    """Scatter the step's new keys/values into their cache slots (cache viewed as [num_slots, Hkv, D])."""
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v.to(v_cache.dtype))
+
+
+def padded_block_table(
+    block_tables: list[list[int]], num_blocks: list[int], device: torch.device
+) -> torch.Tensor:
+    """[B, max(num_blocks)] int32 table holding only the blocks each sequence uses, zero padded."""
+    width = max(num_blocks) if num_blocks else 0
+    table = torch.zeros((len(block_tables), width), dtype=torch.int32)
+    for row, (blocks, n) in enumerate(zip(block_tables, num_blocks, strict=True)):
+        table[row, :n] = torch.tensor(blocks[:n], dtype=torch.int32)
+    return table.to(device, non_blocking=True)

@@ -1,0 +1,113 @@
+"""Portable attention with torch SDPA over the paged cache (CPU, and the GPU fallback).
+
+Decode rows are batched: one gather of the padded block tables plus a length mask. Prefill chunks run per
+sequence with a lower-right aligned causal mask, because a chunk that starts after cached tokens must see
+all of them (SDPA's is_causal aligns upper-left, which is only right when query and key lengths match).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from inference.attention.base import AttentionBackend, BatchLayout, padded_block_table, write_kv
+
+
+@dataclass(slots=True)
+class PrefillSpan:
+    q_start: int
+    q_end: int
+    context_len: int
+    blocks: torch.Tensor | None  # None when the chunk is the whole context: attend to the fresh k/v directly
+    mask: torch.Tensor | None  # [query_len, context_len] bool, True = attend
+
+
+@dataclass(slots=True)
+class TorchAttentionMetadata:
+    slot_mapping: torch.Tensor
+    decode_token_idx: torch.Tensor | None = None  # flat token index of each decode row
+    decode_block_table: torch.Tensor | None = None  # [B, max_blocks] int64
+    decode_mask: torch.Tensor | None = None  # [B, 1, 1, max_blocks * block_size] bool
+    all_decode: bool = False  # every token is a decode row, in order: skip the scatter
+    prefills: list[PrefillSpan] = field(default_factory=list)
+
+
+class TorchAttentionBackend(AttentionBackend):
+    name = "torch"
+
+    def build_metadata(self, layout: BatchLayout) -> TorchAttentionMetadata:
+        meta = TorchAttentionMetadata(slot_mapping=layout.slot_mapping)
+        bs, device = layout.block_size, layout.device
+        decode_rows: list[int] = []
+        decode_tokens: list[int] = []
+        offset = 0
+        for i, (q_len, ctx) in enumerate(zip(layout.query_lens, layout.context_lens, strict=True)):
+            if q_len == 1:
+                decode_rows.append(i)
+                decode_tokens.append(offset)
+            elif q_len == ctx:
+                meta.prefills.append(PrefillSpan(offset, offset + q_len, ctx, None, None))
+            else:
+                n_blocks = -(-ctx // bs)
+                blocks = torch.tensor(layout.block_tables[i][:n_blocks], dtype=torch.int64, device=device)
+                key_pos = torch.arange(ctx, device=device)
+                query_pos = torch.arange(ctx - q_len, ctx, device=device)
+                mask = key_pos[None, :] <= query_pos[:, None]
+                meta.prefills.append(PrefillSpan(offset, offset + q_len, ctx, blocks, mask))
+            offset += q_len
+        if decode_rows:
+            ctx_lens = [layout.context_lens[i] for i in decode_rows]
+            widths = [-(-c // bs) for c in ctx_lens]
+            table = padded_block_table([layout.block_tables[i] for i in decode_rows], widths, device)
+            meta.decode_block_table = table.long()
+            lengths = torch.tensor(ctx_lens, device=device)
+            key_pos = torch.arange(table.shape[1] * bs, device=device)
+            meta.decode_mask = (key_pos[None, :] < lengths[:, None])[:, None, None, :]
+            meta.decode_token_idx = torch.tensor(decode_tokens, dtype=torch.int64, device=device)
+            meta.all_decode = len(decode_rows) == offset
+        return meta
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: TorchAttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        gqa = q.shape[1] != k.shape[1]
+        out = torch.empty(0) if meta.all_decode else torch.empty_like(q)
+        if meta.decode_token_idx is not None and meta.decode_block_table is not None:
+            qd = q if meta.all_decode else q.index_select(0, meta.decode_token_idx)
+            # [B, blocks, block_size, Hkv, D] -> [B, Hkv, blocks * block_size, D]
+            kd = k_cache[meta.decode_block_table].flatten(1, 2).transpose(1, 2)
+            vd = v_cache[meta.decode_block_table].flatten(1, 2).transpose(1, 2)
+            od = F.scaled_dot_product_attention(
+                qd.unsqueeze(2),
+                kd.to(q.dtype),
+                vd.to(q.dtype),
+                attn_mask=meta.decode_mask,
+                scale=scale,
+                enable_gqa=gqa,
+            ).squeeze(2)
+            if meta.all_decode:
+                return od
+            out.index_copy_(0, meta.decode_token_idx, od)
+        for span in meta.prefills:
+            qi = q[span.q_start : span.q_end].transpose(0, 1)
+            if span.blocks is None:
+                ki = k[span.q_start : span.q_end].transpose(0, 1)
+                vi = v[span.q_start : span.q_end].transpose(0, 1)
+            else:
+                ki = k_cache[span.blocks].flatten(0, 1)[: span.context_len].transpose(0, 1).to(q.dtype)
+                vi = v_cache[span.blocks].flatten(0, 1)[: span.context_len].transpose(0, 1).to(q.dtype)
+            oi = F.scaled_dot_product_attention(
+                qi, ki, vi, attn_mask=span.mask, is_causal=span.mask is None, scale=scale, enable_gqa=gqa
+            )
+            out[span.q_start : span.q_end] = oi.transpose(0, 1)
+        return out

@@ -1,0 +1,42 @@
+"""Device and dtype resolution shared by the loader and the model runner."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str) -> torch.device:
+    """Map "auto" | "cpu" | "cuda" | "cuda:N" to a torch.device, failing early when CUDA is missing."""
+    if device == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if device == "cpu":
+        return torch.device("cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} requested but CUDA is not available")
+        return torch.device(device)
+    raise ValueError(f"unknown device {device!r}; expected auto, cpu or cuda")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """ "auto" is bf16 on Ampere+ GPUs, fp16 on older GPUs (no fast bf16 there) and fp32 on CPU."""
+    if dtype == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        major, _ = torch.cuda.get_device_capability(device)
+        return torch.bfloat16 if major >= 8 else torch.float16
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def cpu_core_count() -> int:
+    """Cores this process may run on (respects affinity masks set by containers and taskset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)

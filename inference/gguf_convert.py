@@ -1,0 +1,167 @@
+"""Convert a GGUF file once into a cached Hugging Face style safetensors directory.
+
+The cache key is the file's sha256, so a renamed or copied file still hits the cache and an edited one
+does not. Hashing a multi-GB file is slow, so a (path, size, mtime) -> hash memo sits beside the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+logger = logging.getLogger(__name__)
+
+# GGUF `general.architecture` -> HF `architectures` entry of the converted config.
+GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+# Only llama.cpp's llama converter permutes Q/K rows (into its interleaved rotary layout); qwen2/3 are as is.
+_PERMUTED_ARCHS = {"llama"}
+_HASH_MEMO = "hash-memo.json"
+
+conversion_count = 0  # how many conversions this process ran; lets tests prove a cache hit
+
+
+def file_sha256(path: Path, cache_dir: Path) -> str:
+    """sha256 of `path`, memoized by (resolved path, size, mtime_ns) in `cache_dir`."""
+    stat = path.stat()
+    key = str(path.resolve())
+    memo_path = cache_dir / _HASH_MEMO
+    memo: dict[str, dict[str, object]] = {}
+    if memo_path.is_file():
+        try:
+            memo = json.loads(memo_path.read_text())
+        except (OSError, ValueError):
+            memo = {}  # a corrupt memo only costs a rehash
+    entry = memo.get(key)
+    if entry and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
+        return str(entry["sha256"])
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(8 << 20):
+            digest.update(chunk)
+    sha = digest.hexdigest()
+    memo[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha}
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(memo, indent=1))
+    tmp.replace(memo_path)
+    return sha
+
+
+def ensure_converted(gguf_path: Path, cache_dir: Path) -> Path:
+    """Return the cached HF directory for `gguf_path`, converting it first if this content was never seen."""
+    gguf_cache = cache_dir / "gguf"
+    sha = file_sha256(gguf_path, gguf_cache)
+    target = gguf_cache / sha[:32]
+    if (target / "config.json").is_file():
+        logger.info("Reusing converted GGUF %s from %s", gguf_path.name, target)
+        return target
+    logger.info("Converting GGUF %s (sha256 %s) into %s", gguf_path.name, sha[:12], target)
+    started = time.monotonic()
+    gguf_cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=gguf_cache))
+    try:
+        _convert(gguf_path, tmp)
+        try:
+            tmp.rename(target)  # atomic: readers see either nothing or a complete directory
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+            logger.info("Another process converted %s concurrently; using its result", gguf_path.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    global conversion_count
+    conversion_count += 1
+    logger.info("Converted %s in %.1fs", gguf_path.name, time.monotonic() - started)
+    return target
+
+
+def _convert(gguf_path: Path, out_dir: Path) -> None:
+    from gguf import GGUFReader
+    from transformers import AutoConfig, AutoTokenizer
+
+    reader = GGUFReader(gguf_path)
+    arch_field = reader.get_field("general.architecture")
+    arch = str(arch_field.contents()) if arch_field is not None else "?"
+    if arch not in GGUF_ARCHITECTURES:
+        raise ValueError(
+            f"GGUF architecture {arch!r} is not supported; supported: {', '.join(sorted(GGUF_ARCHITECTURES))}"
+        )
+    config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False)
+    config.architectures = [GGUF_ARCHITECTURES[arch]]
+    tensors = _dequantized_tensors(reader, arch, config.num_attention_heads, config.num_key_value_heads)
+    if "lm_head.weight" not in tensors:
+        config.tie_word_embeddings = True  # llama.cpp drops output.weight when it equals the embedding
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False
+    )
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "mooncake-source.json").write_text(json.dumps({"gguf": gguf_path.name, "architecture": arch}))
+
+
+def _dequantized_tensors(reader: object, arch: str, n_heads: int, n_kv_heads: int) -> dict[str, torch.Tensor]:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    keep_types = {GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32}
+    out: dict[str, torch.Tensor] = {}
+    for tensor in reader.tensors:  # type: ignore[attr-defined]
+        name = _hf_name(tensor.name)
+        if name is None:
+            continue  # e.g. rope_freqs: derived from config.rope_parameters instead
+        # Quantized blocks dequantize to fp32; exact for Q4/Q8 scales, which keeps GGUF semantics bit for bit.
+        kept = keep_types.get(tensor.tensor_type)
+        if kept is not None:
+            data = np.asarray(tensor.data, dtype=kept).reshape([int(d) for d in reversed(tensor.shape)])
+        else:
+            data = dequantize(tensor.data, tensor.tensor_type)
+        if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
+            data = _unpermute(data, n_heads if "q_proj" in name else n_kv_heads)
+        out[name] = torch.from_numpy(np.ascontiguousarray(data))
+    return out
+
+
+def _hf_name(gguf_name: str) -> str | None:
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
+    return None
+
+
+def _unpermute(weights: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's per-head (half, pair) -> (pair, half) row interleave of Q/K projections."""
+    half = weights.shape[0] // n_head // 2
+    w = weights.reshape(n_head, half, 2, *weights.shape[1:])
+    return w.swapaxes(2, 1).reshape(weights.shape)

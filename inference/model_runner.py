@@ -1,0 +1,221 @@
+"""Runs one ragged step of the model over the paged KV cache; sizes that cache at start-up."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from inference.attention import BatchLayout, select_backend
+from inference.device import cpu_core_count
+from inference.kv_cache import (
+    KVBudget,
+    allocate_kv_cache,
+    cpu_kv_budget,
+    max_model_len_error,
+    mib,
+)
+from inference.loader import LoadedModel
+from inference.model_io import ScheduledChunk, StepLogits
+from inference.models import DecoderForCausalLM
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _StepInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    layout: BatchLayout
+    last_token_idx: torch.Tensor
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int | None,
+        kv_cache_memory_bytes: int | None,
+        gpu_memory_utilization: float,
+        attention_backend: str = "auto",
+    ) -> None:
+        for name, value in (
+            ("block_size", block_size),
+            ("max_num_seqs", max_num_seqs),
+            ("max_num_batched_tokens", max_num_batched_tokens),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not 0.0 < gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if not isinstance(loaded.model, DecoderForCausalLM):
+            raise ValueError(f"ModelRunner needs one of our models, got {type(loaded.model).__name__}")
+        self.model: DecoderForCausalLM = loaded.model
+        self.device = loaded.device
+        self.block_size = block_size
+        self.vocab_size = self.model.args.vocab_size
+        if self.device.type == "cpu":
+            torch.set_num_threads(cpu_core_count())
+        self.backend = select_backend(attention_backend, device=self.device, block_size=block_size)
+        self.attention_backend_name = self.backend.name
+        # Until sized, the model may run (CUDA profiling) with any cache; max_model_len bounds nothing yet.
+        self.max_model_len = loaded.context_length
+        self.num_blocks = 0
+
+        spec = self.model.kv_cache_spec(loaded.dtype)
+        per_block = spec.bytes_per_block(block_size)
+        context = loaded.context_length
+        if self.device.type == "cuda" and kv_cache_memory_bytes is None:
+            budget = self._profile_cuda_budget(gpu_memory_utilization, max_num_batched_tokens, max_num_seqs)
+        else:
+            full = max_num_seqs * -(-min(context, max_model_len or context) // block_size) * per_block
+            budget = cpu_kv_budget(kv_cache_memory_bytes, bytes_needed_for_full_batch=full)
+        self.num_blocks = budget.bytes // per_block
+        if self.num_blocks < 1:
+            raise ValueError(
+                f"{budget.source} leaves {mib(budget.bytes)}: not even one KV block ({per_block} bytes)"
+            )
+        self.kv_capacity_tokens = self.num_blocks * block_size
+        self.kv_cache_bytes = self.num_blocks * per_block
+        self.max_model_len = self._resolve_max_model_len(max_model_len, context, per_block, budget)
+
+        caches = allocate_kv_cache(
+            spec, num_blocks=self.num_blocks, block_size=block_size, device=self.device
+        )
+        self.model.bind_kv_cache(self.backend, caches)
+        logger.info(
+            "KV cache size: %d tokens (%d blocks x %d, %s, from %s); attention backend: %s",
+            self.kv_capacity_tokens,
+            self.num_blocks,
+            block_size,
+            mib(self.kv_cache_bytes),
+            budget.source,
+            self.attention_backend_name,
+        )
+
+    def _resolve_max_model_len(
+        self, requested: int | None, context: int, per_block: int, budget: KVBudget
+    ) -> int:
+        if requested is None:
+            resolved = min(context, self.kv_capacity_tokens)
+            logger.info(
+                "max_model_len: %d (model context %d, KV cache holds %d tokens)",
+                resolved,
+                context,
+                self.kv_capacity_tokens,
+            )
+            return resolved
+        if requested < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {requested}")
+        if requested > context:
+            raise ValueError(f"max_model_len={requested} exceeds the model's context length {context}")
+        if requested > self.kv_capacity_tokens:
+            needed = -(-requested // self.block_size) * per_block
+            raise max_model_len_error(
+                requested, capacity_tokens=self.kv_capacity_tokens, needed_bytes=needed, budget=budget
+            )
+        return requested
+
+    def _profile_cuda_budget(self, utilization: float, max_tokens: int, max_seqs: int) -> KVBudget:
+        """Run the largest step the scheduler may send on a throwaway cache and keep what is left."""
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info(self.device)
+        used_before = total - free
+        allocated_before = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        seq_len = max(1, min(self.max_model_len, -(-max_tokens // max_seqs)))
+        num_seqs = -(-max_tokens // seq_len)
+        blocks_per_seq = -(-seq_len // self.block_size)
+        spec = self.model.kv_cache_spec(next(self.model.parameters()).dtype)
+        scratch = allocate_kv_cache(
+            spec, num_blocks=num_seqs * blocks_per_seq, block_size=self.block_size, device=self.device
+        )
+        scratch_bytes = spec.bytes_per_block(self.block_size) * num_seqs * blocks_per_seq
+        self.model.bind_kv_cache(self.backend, scratch)
+        self.num_blocks = num_seqs * blocks_per_seq
+        chunks = [
+            ScheduledChunk(
+                [0] * seq_len, 0, seq_len, list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq))
+            )
+            for i in range(num_seqs)
+        ]
+        self.execute(chunks)
+        torch.cuda.synchronize(self.device)
+        activations = torch.cuda.max_memory_allocated(self.device) - allocated_before - scratch_bytes
+        del scratch, chunks
+        self.model.bind_kv_cache(self.backend, [(torch.empty(0), torch.empty(0))] * spec.num_layers)
+        torch.cuda.empty_cache()
+        other = used_before + max(activations, 0)
+        available = int(total * utilization) - other
+        logger.info(
+            "Profiled step peak: %s activations, %s in use before", mib(activations), mib(used_before)
+        )
+        return KVBudget(
+            max(available, 0),
+            f"gpu_memory_utilization={utilization:.2f} of {mib(total)}",
+            total_device_bytes=total,
+            other_usage_bytes=other,
+        )
+
+    @torch.inference_mode()
+    def execute(self, chunks: list[ScheduledChunk]) -> StepLogits:
+        """One forward over every chunk; float32 logits at each chunk's last position (all on request)."""
+        inputs = self._prepare(chunks)
+        meta = self.backend.build_metadata(inputs.layout)
+        hidden = self.model(inputs.input_ids, inputs.positions, meta)
+        last = self.model.compute_logits(hidden.index_select(0, inputs.last_token_idx)).float()
+        all_positions: dict[int, torch.Tensor] = {}
+        offset = 0
+        for i, chunk in enumerate(chunks):
+            if chunk.return_all_logits:
+                rows = hidden[offset : offset + chunk.num_tokens]
+                all_positions[i] = self.model.compute_logits(rows).float()
+            offset += chunk.num_tokens
+        return StepLogits(last=last, all_positions=all_positions)
+
+    def _prepare(self, chunks: list[ScheduledChunk]) -> _StepInputs:
+        if not chunks:
+            raise ValueError("execute() needs at least one chunk")
+        bs = self.block_size
+        ids: list[np.ndarray] = []
+        positions: list[np.ndarray] = []
+        slots: list[np.ndarray] = []
+        for i, c in enumerate(chunks):
+            end = c.start + c.num_tokens
+            if c.num_tokens < 1 or c.start < 0 or end > len(c.token_ids):
+                raise ValueError(
+                    f"chunk {i}: start={c.start} num_tokens={c.num_tokens} with {len(c.token_ids)} tokens"
+                )
+            if end > self.max_model_len:
+                raise ValueError(f"chunk {i}: {end} tokens exceed max_model_len={self.max_model_len}")
+            table = np.asarray(c.block_table[: -(-end // bs)], dtype=np.int64)
+            if len(table) * bs < end:
+                raise ValueError(f"chunk {i}: block_table covers {len(table) * bs} positions, needs {end}")
+            if table.size and (table.min() < 0 or table.max() >= self.num_blocks):
+                raise ValueError(f"chunk {i}: block ids must lie in [0, {self.num_blocks})")
+            pos = np.arange(c.start, end, dtype=np.int64)
+            positions.append(pos)
+            slots.append(table[pos // bs] * bs + pos % bs)
+            ids.append(np.asarray(c.token_ids[c.start : end], dtype=np.int64))
+        query_lens = [c.num_tokens for c in chunks]
+        dev = self.device
+        layout = BatchLayout(
+            query_lens=query_lens,
+            context_lens=[c.start + c.num_tokens for c in chunks],
+            block_tables=[c.block_table for c in chunks],
+            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev, non_blocking=True),
+            block_size=bs,
+            device=dev,
+        )
+        return _StepInputs(
+            input_ids=torch.from_numpy(np.concatenate(ids)).to(dev, non_blocking=True),
+            positions=torch.from_numpy(np.concatenate(positions)).to(dev, non_blocking=True),
+            layout=layout,
+            last_token_idx=torch.from_numpy(np.cumsum(query_lens) - 1).to(dev, non_blocking=True),
+        )

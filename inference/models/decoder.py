@@ -1,0 +1,150 @@
+"""The Llama-family decoder (Llama 2/3, SmolLM2, Mistral dense, Qwen2, Qwen3) over a paged KV cache.
+
+The variants differ only in flags from ModelArgs: QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PretrainedConfig
+
+from inference.attention.base import AttentionBackend
+from inference.kv_cache import KVCacheSpec
+from inference.models.args import ModelArgs
+from inference.models.layers import GatedMLP, QKVLinear, RMSNorm
+from inference.models.rotary import RotaryEmbedding, apply_rotary
+
+
+class PagedAttention(nn.Module):
+    """Holds one layer's cache and delegates to the backend the runner binds."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+        self.backend: AttentionBackend | None = None
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any) -> torch.Tensor:
+        if self.backend is None:
+            raise RuntimeError("no KV cache bound: call bind_kv_cache() before running the model")
+        return self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+
+
+class DecoderAttention(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
+        self.qkv_proj = QKVLinear(
+            args.hidden_size, args.head_dim, args.num_heads, args.num_kv_heads, bias=args.qkv_bias
+        )
+        self.o_proj = nn.Linear(args.num_heads * args.head_dim, args.hidden_size, bias=args.o_bias)
+        self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
+        self.attn = PagedAttention(args.head_dim**-0.5)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: Any) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split(self.qkv_proj.split_sizes, dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        out = self.attn(q, k, v.contiguous(), meta)
+        return self.o_proj(out.reshape(-1, self.num_heads * self.head_dim))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.self_attn = DecoderAttention(args)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.mlp = GatedMLP(args.hidden_size, args.intermediate_size, bias=args.mlp_bias)
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: Any) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, meta)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(args.num_layers))
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+
+
+class DecoderForCausalLM(nn.Module):
+    """Flat ragged batch in (token ids + positions + attention metadata), hidden states out."""
+
+    # (fused module attribute, checkpoint module name, shard) — checkpoint tensors stacked into fused params.
+    stacked_params: ClassVar[list[tuple[str, str, str]]] = [
+        ("qkv_proj", "q_proj", "q"),
+        ("qkv_proj", "k_proj", "k"),
+        ("qkv_proj", "v_proj", "v"),
+        ("gate_up_proj", "gate_proj", "gate"),
+        ("gate_up_proj", "up_proj", "up"),
+    ]
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__()
+        self.args = self.model_args(config)
+        self.model = DecoderModel(self.args)
+        self.rotary = RotaryEmbedding(self.args.head_dim, self.args.rope)
+        self.lm_head = (
+            None
+            if self.args.tie_word_embeddings
+            else nn.Linear(self.args.hidden_size, self.args.vocab_size, bias=False)
+        )
+
+    @classmethod
+    def model_args(cls, config: PretrainedConfig) -> ModelArgs:
+        bias = bool(getattr(config, "attention_bias", False))
+        return ModelArgs.from_config(
+            config,
+            qkv_bias=bias,
+            o_bias=bias,
+            mlp_bias=bool(getattr(config, "mlp_bias", False)),
+            qk_norm=False,
+        )
+
+    @classmethod
+    def context_length(cls, config: PretrainedConfig) -> int:
+        length = int(getattr(config, "max_position_embeddings", 2048))
+        # We attend over the whole context: a sliding-window model (Mistral v0.1) is exact only in its window.
+        window = getattr(config, "sliding_window", None)
+        if window and (getattr(config, "use_sliding_window", True) is not False):
+            length = min(length, int(window))
+        return length
+
+    def kv_cache_spec(self, dtype: torch.dtype) -> KVCacheSpec:
+        return KVCacheSpec(self.args.num_layers, self.args.num_kv_heads, self.args.head_dim, dtype)
+
+    def bind_kv_cache(
+        self, backend: AttentionBackend, caches: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> None:
+        if len(caches) != self.args.num_layers:
+            raise ValueError(f"expected {self.args.num_layers} layer caches, got {len(caches)}")
+        for layer, (k_cache, v_cache) in zip(self.decoder_layers(), caches, strict=True):
+            attn = layer.self_attn.attn
+            attn.backend, attn.k_cache, attn.v_cache = backend, k_cache, v_cache
+
+    def decoder_layers(self) -> list[DecoderLayer]:
+        return [layer for layer in self.model.layers if isinstance(layer, DecoderLayer)]
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Any) -> torch.Tensor:
+        h = self.model.embed_tokens(input_ids)
+        cos, sin = self.rotary.cos_sin(positions, h.dtype)
+        for layer in self.decoder_layers():
+            h = layer(h, cos, sin, meta)
+        return self.model.norm(h)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight)

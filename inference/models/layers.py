@@ -1,0 +1,60 @@
+"""Building blocks shared by our decoder models: RMSNorm and the fused QKV / gate-up projections."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalize in fp32 and cast back before the weight, exactly as HF does, so bf16 outputs match too.
+        dtype = x.dtype
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(dtype)
+
+
+class ShardedLinear(nn.Linear):
+    """A Linear whose output rows are the concatenation of several checkpoint tensors (fused projections)."""
+
+    def __init__(self, in_features: int, shard_sizes: dict[str, int], *, bias: bool) -> None:
+        super().__init__(in_features, sum(shard_sizes.values()), bias=bias)
+        self.shard_offsets: dict[str, tuple[int, int]] = {}
+        offset = 0
+        for name, size in shard_sizes.items():
+            self.shard_offsets[name] = (offset, size)
+            offset += size
+
+    def load_shard(self, param: nn.Parameter, shard: str, tensor: torch.Tensor) -> None:
+        offset, size = self.shard_offsets[shard]
+        if tensor.shape[0] != size or tuple(tensor.shape[1:]) != tuple(param.shape[1:]):
+            raise ValueError(f"shard {shard!r} has shape {tuple(tensor.shape)}, expected {size} rows")
+        param.data[offset : offset + size].copy_(tensor)
+
+
+class QKVLinear(ShardedLinear):
+    def __init__(self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int, *, bias: bool) -> None:
+        q, kv = num_heads * head_dim, num_kv_heads * head_dim
+        super().__init__(hidden, {"q": q, "k": kv, "v": kv}, bias=bias)
+        self.split_sizes = [q, kv, kv]
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU MLP with gate and up fused into one matmul."""
+
+    def __init__(self, hidden: int, intermediate: int, *, bias: bool) -> None:
+        super().__init__()
+        self.gate_up_proj = ShardedLinear(hidden, {"gate": intermediate, "up": intermediate}, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+        self.intermediate = intermediate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)

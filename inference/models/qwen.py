@@ -1,0 +1,21 @@
+"""Qwen2 (bias on Q/K/V) and Qwen3 (per-head RMSNorm on Q and K) as flag sets over the shared decoder."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from inference.models.args import ModelArgs
+from inference.models.decoder import DecoderForCausalLM
+
+
+class Qwen2ForCausalLM(DecoderForCausalLM):
+    @classmethod
+    def model_args(cls, config: PretrainedConfig) -> ModelArgs:
+        return ModelArgs.from_config(config, qkv_bias=True, o_bias=False, mlp_bias=False, qk_norm=False)
+
+
+class Qwen3ForCausalLM(DecoderForCausalLM):
+    @classmethod
+    def model_args(cls, config: PretrainedConfig) -> ModelArgs:
+        bias = bool(getattr(config, "attention_bias", False))
+        return ModelArgs.from_config(config, qkv_bias=bias, o_bias=bias, mlp_bias=False, qk_norm=True)

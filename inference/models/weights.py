@@ -1,0 +1,69 @@
+"""Load safetensors checkpoints by parameter name, stacking Q/K/V and gate/up into fused params."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from inference.models.decoder import DecoderForCausalLM
+from inference.models.layers import ShardedLinear
+
+# Checkpoint entries with no parameter of ours: rotary caches some exporters save.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def load_weights(model: DecoderForCausalLM, model_dir: Path) -> None:
+    """Copy every checkpoint tensor into `model`; raise ValueError on unknown or missing weights."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"no *.safetensors files in {model_dir}")
+    params = dict(model.named_parameters())
+    modules = dict(model.named_modules())
+    # A fused parameter is complete only when each of its shards was copied, so track (param, shard) pairs.
+    pending: set[tuple[str, str]] = set()
+    for name in params:
+        owner = modules[name.rpartition(".")[0]]
+        shards = owner.shard_offsets if isinstance(owner, ShardedLinear) else {"": None}
+        pending.update((name, shard) for shard in shards)
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open handles are not iterable
+                if name.endswith(_IGNORED_SUFFIXES):
+                    continue
+                if name == "lm_head.weight" and model.lm_head is None:
+                    continue  # tied: the embedding serves as lm_head
+                pending.discard(_load_one(name, f.get_tensor(name), params, modules, model))
+    if pending:
+        missing = sorted({name for name, _ in pending})
+        raise ValueError(f"checkpoint in {model_dir} is missing weights: {', '.join(missing[:8])}")
+
+
+def _load_one(
+    name: str,
+    tensor: torch.Tensor,
+    params: dict[str, torch.nn.Parameter],
+    modules: dict[str, torch.nn.Module],
+    model: DecoderForCausalLM,
+) -> tuple[str, str]:
+    """Copy one checkpoint tensor; return the (param, shard) it filled."""
+    for fused, original, shard in model.stacked_params:
+        marker = f".{original}."
+        if marker not in name:
+            continue
+        fused_name = name.replace(marker, f".{fused}.")
+        module = modules.get(fused_name.rpartition(".")[0])
+        if not isinstance(module, ShardedLinear) or fused_name not in params:
+            raise ValueError(f"checkpoint weight {name} has no matching parameter")
+        module.load_shard(params[fused_name], shard, tensor)
+        return fused_name, shard
+    if name not in params:
+        raise ValueError(f"checkpoint weight {name} has no matching parameter")
+    param = params[name]
+    if param.shape != tensor.shape:
+        raise ValueError(
+            f"weight {name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(param.shape)}"
+        )
+    param.data.copy_(tensor)
+    return name, ""
