@@ -139,8 +139,9 @@ def last_reply_remove(*, conversation: Conversation) -> list[int]:
         return []
     if not conversation.messages.filter(role=Message.Role.USER).exists():
         raise ValueError("There is nothing to regenerate.")
+    removed = last.pk  # delete() clears pk
     last.delete()
-    return [last.pk]
+    return [removed]
 
 
 def assistant_message_create(*, conversation: Conversation, model: str) -> Message:

@@ -1,0 +1,75 @@
+"""A scripted engine and manager with the AsyncEngine / ModelManager surface the chat uses."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+TITLE_MARKER = "Write a short title"
+
+
+@dataclass
+class FakeEngine:
+    reply: str = "Hello there! Here is **bold** and <script>alert(1)</script> text."
+    title: str = '"Fake Chat Title"'
+    delay: float = 0.0
+    model_name: str = "fake-model"
+    max_model_len: int = 4096
+    fail_with: BaseException | None = None
+    fail_after: int | None = None  # raise fail_with after this many tokens instead of before the first
+    aborted: list[str] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+    params: list[Any] = field(default_factory=list)
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], **_: Any) -> list[int]:
+        text = "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+        return [ord(c) for c in text]
+
+    async def generate(self, prompt: list[int], params: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        text = "".join(chr(i) for i in prompt)
+        is_title = TITLE_MARKER in text
+        if not is_title:
+            self.prompts.append(text)
+            self.params.append(params)
+            if self.fail_with is not None and self.fail_after is None:
+                raise self.fail_with
+        script = self.title if is_title else self.reply
+        pieces = [w + " " for w in script.split(" ")]
+        pieces[-1] = pieces[-1].rstrip()
+        limit = params.max_tokens or len(pieces)
+        out, ids = "", []
+        for i, piece in enumerate(pieces[:limit]):
+            if self.fail_after is not None and i == self.fail_after and not is_title:
+                raise self.fail_with or RuntimeError("boom")
+            await asyncio.sleep(self.delay)
+            out += piece
+            ids.append(i)
+            last = i == min(limit, len(pieces)) - 1
+            reason = ("stop" if len(pieces) <= limit else "length") if last else None
+            completion = SimpleNamespace(text=out, token_ids=list(ids), delta_text=piece, finish_reason=reason)
+            yield SimpleNamespace(prompt_token_ids=list(prompt), outputs=[completion], finished=last)
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+
+@dataclass
+class FakeManager:
+    engine: FakeEngine
+    loaded: bool = True
+    default_name: str = "fake-model"
+
+    def get(self, name: str | None = None) -> FakeEngine:
+        from inference import NoModelLoadedError, UnknownModelError
+
+        if name not in (None, "", "default", self.engine.model_name):
+            raise UnknownModelError(name)
+        if not self.loaded:
+            raise NoModelLoadedError("no model is loaded")
+        return self.engine
+
+    def list(self) -> list[Any]:
+        return [SimpleNamespace(name=self.engine.model_name, state="loaded" if self.loaded else "available")]
