@@ -1,0 +1,122 @@
+"""Reads for API keys, limits and usage."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db.models import QuerySet, Sum
+
+from webapp.accounts.keys import hash_secret
+from webapp.accounts.models import ApiKey, DailyUsage, UserApiLimits
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Effective limits; None means unlimited."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_requests: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    date: dt.date
+    requests: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def api_key_get_active(*, secret: str) -> ApiKey | None:
+    """The unrevoked key whose secret this is, with its user and the user's limits loaded."""
+    return (
+        ApiKey.objects.select_related("user")
+        .filter(secret_hash=hash_secret(secret), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+
+
+def api_key_list(*, user: User, include_revoked: bool = True) -> QuerySet[ApiKey]:
+    keys = ApiKey.objects.filter(user=user)
+    return keys if include_revoked else keys.filter(revoked_at__isnull=True)
+
+
+def default_limits() -> Limits:
+    """settings.MOONCAKE_API_LIMITS: the limits of anonymous callers and of keys with none set."""
+    raw: dict[str, Any] = getattr(settings, "MOONCAKE_API_LIMITS", {}) or {}
+    return Limits(
+        requests_per_minute=raw.get("requests_per_minute"),
+        tokens_per_minute=raw.get("tokens_per_minute"),
+        max_concurrent_requests=raw.get("max_concurrent_requests"),
+    )
+
+
+def _merge(own: Limits, fallback: Limits) -> Limits:
+    return Limits(
+        requests_per_minute=own.requests_per_minute
+        if own.requests_per_minute is not None
+        else fallback.requests_per_minute,
+        tokens_per_minute=own.tokens_per_minute
+        if own.tokens_per_minute is not None
+        else fallback.tokens_per_minute,
+        max_concurrent_requests=own.max_concurrent_requests
+        if own.max_concurrent_requests is not None
+        else fallback.max_concurrent_requests,
+    )
+
+
+def user_limits(*, user_id: int) -> Limits:
+    """The user's own limits, falling back to the defaults."""
+    row = UserApiLimits.objects.filter(user_id=user_id).first()
+    own = (
+        Limits(row.requests_per_minute, row.tokens_per_minute, row.max_concurrent_requests)
+        if row
+        else Limits()
+    )
+    return _merge(own, default_limits())
+
+
+def api_key_limits(*, api_key: ApiKey) -> Limits:
+    """The key's own limits, falling back to the defaults (the user's limits apply separately)."""
+    own = Limits(api_key.requests_per_minute, api_key.tokens_per_minute, api_key.max_concurrent_requests)
+    return _merge(own, default_limits())
+
+
+def _totals(rows: QuerySet[DailyUsage]) -> list[UsageTotals]:
+    grouped = (
+        rows.values("date")
+        .annotate(r=Sum("requests"), e=Sum("errors"), p=Sum("prompt_tokens"), c=Sum("completion_tokens"))
+        .order_by("-date")
+    )
+    return [
+        UsageTotals(
+            date=g["date"], requests=g["r"], errors=g["e"], prompt_tokens=g["p"], completion_tokens=g["c"]
+        )
+        for g in grouped
+    ]
+
+
+def usage_daily_for_user(*, user: User, since: dt.date | None = None) -> list[UsageTotals]:
+    """Per-day totals over all of a user's keys, newest first."""
+    rows = DailyUsage.objects.filter(user=user)
+    return _totals(rows.filter(date__gte=since) if since else rows)
+
+
+def usage_daily_for_key(*, api_key: ApiKey, since: dt.date | None = None) -> list[UsageTotals]:
+    rows = DailyUsage.objects.filter(api_key=api_key)
+    return _totals(rows.filter(date__gte=since) if since else rows)
+
+
+def usage_daily_all(*, since: dt.date | None = None) -> QuerySet[DailyUsage]:
+    """Every (day, user, key) row, for the console's usage table."""
+    rows = DailyUsage.objects.select_related("user", "api_key")
+    return rows.filter(date__gte=since) if since else rows

@@ -1,0 +1,75 @@
+"""The NinjaAPI instance: OpenAI-shaped errors for everything, 400 (never 422) for bad input."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import HttpError, ValidationError
+
+from webapp.api.errors import APIError, ErrorType
+
+logger = logging.getLogger(__name__)
+
+api = NinjaAPI(
+    title="Mooncake OpenAI-compatible API",
+    version="1",
+    description="OpenAI-compatible chat completions, completions, models and tokenizer endpoints.",
+    openapi_url="/v1/openapi.json",
+    docs_url=None,  # webapp.api.docs serves a page without CDN assets
+    urls_namespace="api",
+)
+
+
+def _location(loc: list[Any] | tuple[Any, ...]) -> str | None:
+    # Drop ninja's leading "body" and the model's own name: clients know fields by their JSON path.
+    parts = [str(p) for p in loc if p not in ("body", "payload")]
+    return ".".join(parts) or None
+
+
+@api.exception_handler(APIError)
+def _api_error(request: HttpRequest, exc: APIError) -> HttpResponse:
+    return exc.response()
+
+
+def _message(error: dict[str, Any]) -> str:
+    return str(error.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = exc.errors or [{"msg": "invalid request", "loc": []}]
+    first = errors[0]
+    param = _location(first.get("loc", []))
+    messages = "; ".join(f"{_location(e.get('loc', [])) or 'body'}: {_message(e)}" for e in errors[:5])
+    return APIError(400, messages, type="invalid_request_error", param=param).response()
+
+
+_STATUS_TYPES: dict[int, ErrorType] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    503: "unavailable_error",
+}
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # ninja raises HttpError(400, "Cannot parse request body") for malformed JSON, among others.
+    kind = _STATUS_TYPES.get(
+        exc.status_code, "server_error" if exc.status_code >= 500 else "invalid_request_error"
+    )
+    return APIError(exc.status_code, str(exc), type=kind).response()
+
+
+@api.exception_handler(Exception)
+def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.exception("unhandled error in %s", request.path)
+    return APIError(500, "Internal server error.", type="server_error").response()
+
+
+# Routes register themselves on import.
+from webapp.api import views  # noqa: E402, F401

@@ -1,0 +1,63 @@
+"""Who is calling: resolves `Authorization: Bearer <key>` under settings.MOONCAKE_API_AUTH."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest
+
+from webapp.accounts.models import ApiKey
+from webapp.accounts.selectors import Limits, api_key_get_active, api_key_limits, default_limits, user_limits
+from webapp.accounts.services import api_key_touch
+from webapp.api.errors import APIError
+from webapp.api.services.limits import Bucket
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    api_key: ApiKey | None
+    user_id: int | None
+    limit_checks: list[tuple[Bucket, Limits]]
+
+    @property
+    def api_key_id(self) -> int | None:
+        return self.api_key.pk if self.api_key else None
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def _unauthorized(message: str) -> APIError:
+    return APIError(401, message, type="authentication_error", code="invalid_api_key")
+
+
+def _resolve(token: str | None) -> Caller:
+    required = getattr(settings, "MOONCAKE_API_AUTH", "required") == "required"
+    api_key = api_key_get_active(secret=token) if token else None
+    if api_key is None:
+        if required:
+            raise _unauthorized(
+                "Invalid API key." if token else "Missing API key (Authorization: Bearer ...)."
+            )
+        # With auth off, SDKs still send some placeholder key: treat any unknown key as anonymous.
+        return Caller(api_key=None, user_id=None, limit_checks=[("anonymous", default_limits())])
+    api_key_touch(api_key=api_key)
+    return Caller(
+        api_key=api_key,
+        user_id=api_key.user_id,
+        limit_checks=[
+            (("key", api_key.pk), api_key_limits(api_key=api_key)),
+            (("user", api_key.user_id), user_limits(user_id=api_key.user_id)),
+        ],
+    )
+
+
+async def authenticate(request: HttpRequest) -> Caller:
+    return await sync_to_async(_resolve)(_bearer(request))

@@ -1,0 +1,121 @@
+"""Per-key and per-user limits: requests/min, tokens/min and concurrent requests, enforced with 429s.
+
+Counters live in this process: one process owns one engine (DESIGN.md §4), and a replica's share of a
+limit is a deliberate approximation rather than a cross-replica store on every request.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from webapp.accounts.selectors import Limits
+from webapp.api.errors import APIError
+
+WINDOW_S = 60.0
+# Concurrency frees up when some request ends; a second is a polite guess at when to retry.
+CONCURRENCY_RETRY_AFTER_S = 1
+
+Bucket = Hashable
+
+
+def rate_limited(message: str, retry_after: float, code: str) -> APIError:
+    return APIError(
+        429, message, type="rate_limit_error", code=code, retry_after=max(1, math.ceil(retry_after))
+    )
+
+
+@dataclass
+class _Counters:
+    request_times: deque[float] = field(default_factory=deque)
+    token_events: deque[tuple[float, int]] = field(default_factory=deque)
+    active: int = 0
+
+    def prune(self, now: float) -> None:
+        while self.request_times and now - self.request_times[0] >= WINDOW_S:
+            self.request_times.popleft()
+        while self.token_events and now - self.token_events[0][0] >= WINDOW_S:
+            self.token_events.popleft()
+
+    def tokens(self) -> int:
+        return sum(n for _, n in self.token_events)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Proof of admission; release() it exactly once when the request ends."""
+
+    buckets: tuple[Bucket, ...]
+
+
+class RateLimiter:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._counters: dict[Bucket, _Counters] = {}
+
+    def admit(self, checks: list[tuple[Bucket, Limits]]) -> Admission:
+        """Admit one request against every bucket at once, or raise a 429 APIError and admit none."""
+        with self._lock:
+            now = self._clock()
+            for bucket, limits in checks:
+                self._check(self._counters.setdefault(bucket, _Counters()), limits, now)
+            for bucket, _ in checks:
+                counters = self._counters[bucket]
+                counters.request_times.append(now)
+                counters.active += 1
+            return Admission(buckets=tuple(b for b, _ in checks))
+
+    def _check(self, c: _Counters, limits: Limits, now: float) -> None:
+        c.prune(now)
+        rpm = limits.requests_per_minute
+        if rpm is not None and len(c.request_times) >= rpm:
+            oldest = c.request_times[len(c.request_times) - rpm] if rpm else now
+            raise rate_limited(
+                f"Rate limit reached: {rpm} requests per minute.",
+                oldest + WINDOW_S - now,
+                "requests_per_minute",
+            )
+        tpm = limits.tokens_per_minute
+        if tpm is not None and c.tokens() >= tpm:
+            # Wait until enough tokens leave the window to get back under the limit.
+            excess, wait = c.tokens() - tpm, WINDOW_S
+            for t, n in c.token_events:
+                excess -= n
+                if excess < 0:
+                    wait = t + WINDOW_S - now
+                    break
+            raise rate_limited(f"Rate limit reached: {tpm} tokens per minute.", wait, "tokens_per_minute")
+        cap = limits.max_concurrent_requests
+        if cap is not None and c.active >= cap:
+            raise rate_limited(
+                f"Too many concurrent requests (limit {cap}).",
+                CONCURRENCY_RETRY_AFTER_S,
+                "concurrent_requests",
+            )
+
+    def add_tokens(self, admission: Admission, tokens: int) -> None:
+        if tokens <= 0:
+            return
+        with self._lock:
+            now = self._clock()
+            for bucket in admission.buckets:
+                self._counters.setdefault(bucket, _Counters()).token_events.append((now, tokens))
+
+    def release(self, admission: Admission) -> None:
+        with self._lock:
+            for bucket in admission.buckets:
+                counters = self._counters.get(bucket)
+                if counters is not None and counters.active > 0:
+                    counters.active -= 1
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counters.clear()
+
+
+limiter = RateLimiter()

@@ -1,0 +1,42 @@
+"""Model cards for /v1/models from the model manager's registry."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from webapp.api.schemas.models import ModelCard
+from webapp.core.engine import get_manager
+
+# OpenAI's `created` is a creation timestamp; registered models have none, so the server's start stands in.
+_STARTED = int(time.time())
+
+
+def _card(info: Any, manager: Any) -> ModelCard:
+    max_len = None
+    if getattr(info, "state", None) == "loaded":
+        try:
+            max_len = int(manager.get(info.name).max_model_len)
+        except Exception:
+            max_len = None
+    return ModelCard(
+        id=info.name,
+        created=_STARTED,
+        state=str(info.state),
+        aliases=list(info.aliases),
+        max_model_len=max_len,
+    )
+
+
+def model_cards() -> list[ModelCard]:
+    manager = get_manager()
+    return [_card(info, manager) for info in manager.list()]
+
+
+def model_card(model_id: str) -> ModelCard | None:
+    """The card for a name or alias; None when no model answers to it."""
+    manager = get_manager()
+    for info in manager.list():
+        if model_id == info.name or model_id in info.aliases:
+            return _card(info, manager)
+    return None

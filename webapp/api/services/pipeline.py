@@ -1,0 +1,149 @@
+"""The life of one generation request, shared by chat and completions.
+
+auth -> model -> prepare (every 400) -> limits (429) -> engine admission (503) -> answer or stream,
+with usage recorded and the concurrency slot released exactly once, however the request ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+
+from inference import SamplingParams
+from webapp.api.auth import Caller, authenticate
+from webapp.api.errors import APIError
+from webapp.api.services.engine_access import engine_for
+from webapp.api.services.generation import Generation, new_request_id, request_timeout_s, start_all
+from webapp.api.services.limits import Admission, limiter
+from webapp.api.services.streaming import sse_frames
+from webapp.api.services.usage import RequestRecord, request_record_save
+
+
+@dataclass(slots=True)
+class Job:
+    """A validated request, ready for the engine."""
+
+    model: str
+    prompts: list[list[int]]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    prompt_text: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Renderer(Protocol):
+    async def complete(self, job: Job, generations: list[Generation]) -> dict[str, Any]: ...
+    def events(self, job: Job, generations: list[Generation]) -> AsyncIterator[dict[str, Any]]: ...
+
+
+def usage_of(generations: list[Generation]) -> dict[str, int]:
+    prompt = sum(g.prompt_len for g in generations)
+    completion = sum(len(o.token_ids) for g in generations if g.last for o in g.last.outputs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _finish(record: RequestRecord, generations: list[Generation], started: float) -> None:
+    usage = usage_of(generations)
+    record.prompt_tokens = usage["prompt_tokens"]
+    record.completion_tokens = usage["completion_tokens"]
+    firsts = [g.first_token_at for g in generations if g.first_token_at is not None]
+    record.ttft_s = min(firsts) - started if firsts else None
+    record.duration_s = time.monotonic() - started
+    for g in generations:
+        for o in g.last.outputs if g.last else []:
+            record.finish_reasons.append(o.finish_reason or ("length" if g.timed_out else "abort"))
+
+
+class RequestRun:
+    """Owns the bookkeeping of one request; close() is idempotent."""
+
+    def __init__(self, caller: Caller, record: RequestRecord) -> None:
+        self.caller = caller
+        self.record = record
+        self.started = time.monotonic()
+        self.admission: Admission | None = None
+        self.generations: list[Generation] = []
+        self._closed = False
+
+    async def close(self, *, status: int | None = None, error: str = "") -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if status is not None:
+            self.record.status_code = status
+        self.record.error = error
+        _finish(self.record, self.generations, self.started)
+        if self.admission is not None:
+            limiter.add_tokens(self.admission, self.record.prompt_tokens + self.record.completion_tokens)
+            limiter.release(self.admission)
+        await request_record_save(caller=self.caller, record=self.record)
+
+
+async def run_generation(
+    request: HttpRequest,
+    *,
+    endpoint: str,
+    model: str | None,
+    stream: bool,
+    prepare: Callable[[Any], Job],
+    renderer: Renderer,
+) -> HttpResponseBase:
+    caller = await authenticate(request)
+    run = RequestRun(caller, RequestRecord(endpoint=endpoint, stream=stream, model=model or ""))
+    try:
+        engine = await engine_for(model)
+        # Templates, tokenization and grammar compilation are CPU work: keep them off the event loop.
+        job = await asyncio.to_thread(prepare, engine)
+        run.record.model = job.model
+        run.record.prompt_text = job.prompt_text
+        run.admission = limiter.admit(caller.limit_checks)
+        deadline = asyncio.get_running_loop().time() + request_timeout_s()
+        run.generations = [
+            Generation(engine, prompt, job.params, request_id=new_request_id(endpoint), deadline=deadline)
+            for prompt in job.prompts
+        ]
+        await start_all(run.generations)
+        if not stream:
+            body = await renderer.complete(job, run.generations)
+            await run.close()
+            return HttpResponse(json.dumps(body, ensure_ascii=False), content_type="application/json")
+    except APIError as exc:
+        await run.close(status=exc.status, error=exc.message)
+        raise
+    except BaseException as exc:
+        await asyncio.shield(
+            run.close(
+                status=499 if isinstance(exc, asyncio.CancelledError) else 500, error=type(exc).__name__
+            )
+        )
+        raise
+    return _stream_response(run, renderer.events(job, run.generations))
+
+
+def _stream_response(run: RequestRun, events: AsyncIterator[dict[str, Any]]) -> StreamingHttpResponse:
+    async def body() -> AsyncIterator[bytes]:
+        status, error = 200, ""
+        try:
+            async for frame in sse_frames(events):
+                yield frame
+        except BaseException as exc:
+            # A client disconnect cancels this generator: the engine requests are closed (aborted) by
+            # the generations' own finally blocks; here the request is only accounted as dropped.
+            status, error = 499, type(exc).__name__
+            raise
+        finally:
+            await asyncio.shield(run.close(status=status, error=error))
+
+    response = StreamingHttpResponse(body(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    # Tell reverse proxies (nginx in docker/) not to buffer the stream.
+    response["X-Accel-Buffering"] = "no"
+    return response

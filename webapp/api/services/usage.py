@@ -1,0 +1,68 @@
+"""Accounting for one finished request: the request log row, the daily totals and the token limiter."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
+
+from webapp.accounts.services import usage_record
+from webapp.api.auth import Caller
+from webapp.api.models import RequestLog
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Filled in while a request runs; written once when it ends."""
+
+    endpoint: str
+    stream: bool = False
+    model: str = ""
+    status_code: int = 200
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float | None = None
+    duration_s: float = 0.0
+    finish_reasons: list[str] = field(default_factory=list)
+    error: str = ""
+    prompt_text: str = ""
+
+
+def _write(caller: Caller, record: RequestRecord) -> None:
+    log_prompts = bool(getattr(settings, "MOONCAKE_API_LOG_PROMPTS", False))
+    with transaction.atomic():
+        RequestLog.objects.create(
+            user_id=caller.user_id,
+            api_key_id=caller.api_key_id,
+            endpoint=record.endpoint,
+            model=record.model[:200],
+            stream=record.stream,
+            status_code=record.status_code,
+            prompt_tokens=record.prompt_tokens,
+            completion_tokens=record.completion_tokens,
+            ttft_s=record.ttft_s,
+            duration_s=record.duration_s,
+            finish_reason=",".join(sorted(set(record.finish_reasons)))[:32],
+            error=record.error[:2000],
+            prompt_text=record.prompt_text if log_prompts else "",
+        )
+        usage_record(
+            user_id=caller.user_id,
+            api_key_id=caller.api_key_id,
+            prompt_tokens=record.prompt_tokens,
+            completion_tokens=record.completion_tokens,
+            error=record.status_code >= 400,
+        )
+
+
+async def request_record_save(*, caller: Caller, record: RequestRecord) -> None:
+    """Persist the record; accounting never turns a served answer into an error: failures are logged."""
+    try:
+        await sync_to_async(_write)(caller, record)
+    except Exception:
+        logger.exception("could not record API usage for %s", record.endpoint)

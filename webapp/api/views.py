@@ -1,0 +1,109 @@
+"""API endpoints: parse, validate, delegate to services, render. Every error is raised as APIError."""
+
+from __future__ import annotations
+
+import asyncio
+
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+
+from webapp.api.api import api
+from webapp.api.auth import authenticate
+from webapp.api.errors import APIError
+from webapp.api.schemas.chat import ChatCompletionRequest, ChatCompletionResponse
+from webapp.api.schemas.common import ErrorResponse
+from webapp.api.schemas.completions import CompletionRequest, CompletionResponse
+from webapp.api.schemas.models import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ModelCard,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from webapp.api.services.chat import ChatRenderer, prepare_chat
+from webapp.api.services.completions import CompletionRenderer, prepare_completion
+from webapp.api.services.models import model_card, model_cards
+from webapp.api.services.pipeline import run_generation
+from webapp.api.services.tokenize import detokenize, tokenize
+
+ERRORS: dict[int, type[ErrorResponse]] = {code: ErrorResponse for code in (400, 401, 404, 429, 500, 503)}
+
+
+@api.post(
+    "/v1/chat/completions",
+    response={200: ChatCompletionResponse, **ERRORS},
+    tags=["chat"],
+    summary="Create a chat completion (SSE when stream is true)",
+)
+async def chat_completions(request: HttpRequest, payload: ChatCompletionRequest) -> HttpResponseBase:
+    return await run_generation(
+        request,
+        endpoint="chat.completions",
+        model=payload.model,
+        stream=payload.stream,
+        prepare=lambda engine: prepare_chat(engine, payload),
+        renderer=ChatRenderer(),
+    )
+
+
+@api.post(
+    "/v1/completions",
+    response={200: CompletionResponse, **ERRORS},
+    tags=["completions"],
+    summary="Create a text completion (SSE when stream is true)",
+)
+async def completions(request: HttpRequest, payload: CompletionRequest) -> HttpResponseBase:
+    return await run_generation(
+        request,
+        endpoint="completions",
+        model=payload.model,
+        stream=payload.stream,
+        prepare=lambda engine: prepare_completion(engine, payload),
+        renderer=CompletionRenderer(),
+    )
+
+
+@api.get("/v1/models", response={200: ModelList, **ERRORS}, tags=["models"], summary="List models")
+async def list_models(request: HttpRequest) -> ModelList:
+    await authenticate(request)
+    return ModelList(data=await asyncio.to_thread(model_cards))
+
+
+@api.get(
+    "/v1/models/{model_id}", response={200: ModelCard, **ERRORS}, tags=["models"], summary="Retrieve a model"
+)
+async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
+    await authenticate(request)
+    card = await asyncio.to_thread(model_card, model_id)
+    if card is None:
+        raise APIError(
+            404,
+            f"The model {model_id!r} does not exist.",
+            type="not_found_error",
+            param="model",
+            code="model_not_found",
+        )
+    return card
+
+
+@api.post(
+    "/tokenize",
+    response={200: TokenizeResponse, **ERRORS},
+    tags=["tokenizer"],
+    summary="Tokenize a prompt or chat messages",
+)
+async def tokenize_view(request: HttpRequest, payload: TokenizeRequest) -> TokenizeResponse:
+    await authenticate(request)
+    return await tokenize(payload)
+
+
+@api.post(
+    "/detokenize",
+    response={200: DetokenizeResponse, **ERRORS},
+    tags=["tokenizer"],
+    summary="Turn token ids back into text",
+)
+async def detokenize_view(request: HttpRequest, payload: DetokenizeRequest) -> DetokenizeResponse:
+    await authenticate(request)
+    return await detokenize(payload)
