@@ -183,9 +183,9 @@ class LLMEngine:
         for seq in scheduled.seqs:
             request = self._requests[seq.request_id]
             if request.metrics.first_scheduled_time is None:
-                request.metrics.first_scheduled_time = now
+                request.metrics.first_scheduled_time = scheduled.created_at
                 request.metrics.num_cached_tokens = seq.num_cached_tokens
-                self.metrics.observe("queue_time", now - request.metrics.arrival_time)
+                self.metrics.observe("queue_time", scheduled.created_at - request.metrics.arrival_time)
         done = self.scheduler.update_computed(scheduled)
         if logits is not None:
             self._collect_prompt_logprobs(scheduled, logits)

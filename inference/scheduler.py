@@ -10,6 +10,7 @@ blocks are freed and it goes back to waiting to be recomputed from its tokens.
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ class SchedulerOutput:
     num_tokens: list[int] = field(default_factory=list)
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    created_at: float = field(default_factory=time.time)  # when scheduled: ends the request's queue time
 
     @property
     def is_empty(self) -> bool:
