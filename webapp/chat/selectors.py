@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.paginator import Page, Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
@@ -39,7 +39,7 @@ def chat_defaults() -> ChatDefaults:
     return ChatDefaults(**known)
 
 
-def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation:
+def conversation_get(*, user: User, conversation_id: int) -> Conversation:
     """The user's own conversation, or Http404 (never 403, so ids of other users' chats do not leak)."""
     conversation = Conversation.objects.filter(user=user, pk=conversation_id).first()
     if conversation is None:
@@ -47,7 +47,7 @@ def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Convers
     return conversation
 
 
-def conversation_search(*, user: AbstractBaseUser, query: str = "") -> QuerySet[Conversation]:
+def conversation_search(*, user: User, query: str = "") -> QuerySet[Conversation]:
     """The user's chats that have messages, newest first, matching the query in title or content."""
     has_messages = Exists(Message.objects.filter(conversation=OuterRef("pk")))
     qs = Conversation.objects.filter(user=user).filter(has_messages)
@@ -58,7 +58,7 @@ def conversation_search(*, user: AbstractBaseUser, query: str = "") -> QuerySet[
     return qs.order_by("-updated_at", "-id")
 
 
-def conversation_page(*, user: AbstractBaseUser, query: str = "", page: int = 1) -> Page[Conversation]:
+def conversation_page(*, user: User, query: str = "", page: int = 1) -> Page[Conversation]:
     paginator = Paginator(conversation_search(user=user, query=query), PAGE_SIZE)
     return paginator.get_page(page)
 
@@ -67,7 +67,7 @@ def conversation_messages(*, conversation: Conversation) -> list[Message]:
     return list(conversation.messages.order_by("id"))
 
 
-def draft_conversation(*, user: AbstractBaseUser) -> Conversation | None:
+def draft_conversation(*, user: User) -> Conversation | None:
     """The user's newest chat without messages, reused by "New chat" so empty chats do not pile up."""
     has_messages = Exists(Message.objects.filter(conversation=OuterRef("pk")))
     return Conversation.objects.filter(user=user).exclude(has_messages).order_by("-id").first()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -28,7 +28,7 @@ def provisional_title(text: str) -> str:
     return (words[:60] + "…") if len(words) > 60 else (words or "New chat")
 
 
-def conversation_create(*, user: AbstractBaseUser, title: str = "New chat") -> Conversation:
+def conversation_create(*, user: User, title: str = "New chat") -> Conversation:
     defaults = chat_defaults()
     return Conversation.objects.create(
         user=user,
@@ -41,7 +41,7 @@ def conversation_create(*, user: AbstractBaseUser, title: str = "New chat") -> C
     )
 
 
-def conversation_new(*, user: AbstractBaseUser) -> Conversation:
+def conversation_new(*, user: User) -> Conversation:
     """A fresh chat for "New chat", reusing the user's empty one if there is one."""
     return draft_conversation(user=user) or conversation_create(user=user)
 

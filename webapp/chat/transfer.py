@@ -6,14 +6,14 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from webapp.chat.models import Conversation, Message
 from webapp.chat.services import MAX_MESSAGE_CHARS
 
-FORMAT = "mooncake.chat"
+FORMAT: Literal["mooncake.chat"] = "mooncake.chat"
 MAX_IMPORT_BYTES = 5 * 1024 * 1024
 
 
@@ -80,7 +80,7 @@ def export_markdown(*, conversation: Conversation) -> str:
 
 
 @transaction.atomic
-def import_chat(*, user: AbstractBaseUser, raw: bytes) -> Conversation:
+def import_chat(*, user: User, raw: bytes) -> Conversation:
     """Create a chat from exported JSON; ValueError with a readable reason when the file is not one."""
     if len(raw) > MAX_IMPORT_BYTES:
         raise ValueError("The file is too large to import.")

@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -18,6 +20,14 @@ from webapp.chat import selectors, services, transfer
 from webapp.chat.forms import ImportForm, RenameForm, SettingsForm
 from webapp.chat.generation import get_generation_service
 from webapp.chat.models import Conversation
+
+
+def _user(request: HttpRequest) -> User:
+    """The logged-in user (every view is behind login_required)."""
+    user = request.user
+    if not isinstance(user, User):
+        raise PermissionDenied
+    return user
 
 
 def _page(request: HttpRequest) -> int:
@@ -48,21 +58,21 @@ def _settings_context(
 @login_required
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
-    conversation = services.conversation_new(user=request.user)
+    conversation = services.conversation_new(user=_user(request))
     return redirect("chat:detail", conversation_id=conversation.pk)
 
 
 @login_required
 @require_POST
 def new(request: HttpRequest) -> HttpResponse:
-    conversation = services.conversation_new(user=request.user)
+    conversation = services.conversation_new(user=_user(request))
     return redirect("chat:detail", conversation_id=conversation.pk)
 
 
 @login_required
 @require_GET
 def detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     reply = get_generation_service().running(conversation.pk)
     services.stale_replies_close(
         conversation=conversation, running_message_id=reply.message.pk if reply else None
@@ -71,7 +81,7 @@ def detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
     context = {
         **_settings_context(conversation),
         "messages_list": selectors.conversation_messages(conversation=conversation),
-        "page": selectors.conversation_page(user=request.user, query=query),
+        "page": selectors.conversation_page(user=_user(request), query=query),
         "query": query,
         "current_id": conversation.pk,
     }
@@ -82,7 +92,7 @@ def detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
 @require_GET
 def conversation_list(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")
-    page = selectors.conversation_page(user=request.user, query=query, page=_page(request))
+    page = selectors.conversation_page(user=_user(request), query=query, page=_page(request))
     current = request.GET.get("current", "")
     context = {"page": page, "query": query, "current_id": int(current) if current.isdigit() else None}
     return render(request, "chat/_conversation_list.html", context)
@@ -91,7 +101,7 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     form = RenameForm(request.POST)
     if not form.is_valid():
         return HttpResponseBadRequest("Title is required.")
@@ -102,7 +112,7 @@ def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     detail_path = reverse("chat:detail", args=[conversation.pk])
     services.conversation_delete(conversation=conversation)
     if not request.headers.get("HX-Request"):
@@ -117,7 +127,7 @@ def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def update_settings(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     form = SettingsForm(request.POST)
     if not form.is_valid():
         return render(request, "chat/_settings.html", _settings_context(conversation, form), status=400)
@@ -134,7 +144,7 @@ def _download(body: str, *, filename: str, content_type: str) -> HttpResponse:
 @login_required
 @require_GET
 def export_json(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     body = json.dumps(transfer.export_data(conversation=conversation), indent=2, ensure_ascii=False)
     name = slugify(conversation.title) or "chat"
     return _download(body, filename=f"{name}.json", content_type="application/json")
@@ -143,7 +153,7 @@ def export_json(request: HttpRequest, conversation_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def export_markdown(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     name = slugify(conversation.title) or "chat"
     body = transfer.export_markdown(conversation=conversation)
     return _download(body, filename=f"{name}.md", content_type="text/markdown; charset=utf-8")
@@ -157,7 +167,7 @@ def import_json(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Choose a JSON file to import.")
         return redirect("chat:index")
     try:
-        conversation = transfer.import_chat(user=request.user, raw=form.cleaned_data["file"].read())
+        conversation = transfer.import_chat(user=_user(request), raw=form.cleaned_data["file"].read())
     except ValueError as exc:
         messages.error(request, str(exc))
         return redirect("chat:index")

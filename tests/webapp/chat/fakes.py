@@ -49,7 +49,9 @@ class FakeEngine:
             ids.append(i)
             last = i == min(limit, len(pieces)) - 1
             reason = ("stop" if len(pieces) <= limit else "length") if last else None
-            completion = SimpleNamespace(text=out, token_ids=list(ids), delta_text=piece, finish_reason=reason)
+            completion = SimpleNamespace(
+                text=out, token_ids=list(ids), delta_text=piece, finish_reason=reason
+            )
             yield SimpleNamespace(prompt_token_ids=list(prompt), outputs=[completion], finished=last)
 
     async def abort(self, request_id: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -33,15 +34,17 @@ def chat(alice: User) -> Conversation:
     return services.conversation_create(user=alice)
 
 
-async def connected(user: object, conversation_id: int, **kwargs: object):  # type: ignore[no-untyped-def]
-    communicator = await open_socket(user, conversation_id, **kwargs)  # type: ignore[arg-type]
+async def connected(user: User, conversation_id: int) -> Any:
+    communicator = await open_socket(user, conversation_id)
     ok, _ = await communicator.connect()
     assert ok
     assert await communicator.receive_json_from() == {"type": "state", "running": False}
     return communicator
 
 
-async def test_send_streams_saves_and_titles(fake_engine: FakeEngine, alice: User, chat: Conversation) -> None:
+async def test_send_streams_saves_and_titles(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
     ws = await connected(alice, chat.pk)
     await ws.send_json_to({"type": "send", "content": "Hi there", "nonce": "n1"})
     events = await receive_until(ws, is_idle)
@@ -137,7 +140,9 @@ async def test_two_tabs_both_see_the_stream(fake_engine: FakeEngine, alice: User
     await tab2.disconnect()
 
 
-async def test_regenerate_replaces_last_reply(fake_engine: FakeEngine, alice: User, chat: Conversation) -> None:
+async def test_regenerate_replaces_last_reply(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
     ws = await connected(alice, chat.pk)
     await ws.send_json_to({"type": "send", "content": "Q"})
     await receive_until(ws, is_idle)
@@ -211,7 +216,9 @@ async def test_engine_refusal_after_start_shows_inline(
     await ws.disconnect()
 
 
-async def test_error_mid_stream_keeps_partial_text(fake_engine: FakeEngine, alice: User, chat: Conversation) -> None:
+async def test_error_mid_stream_keeps_partial_text(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
     fake_engine.fail_with, fake_engine.fail_after = PromptTooLongError("nope"), 2
     ws = await connected(alice, chat.pk)
     await ws.send_json_to({"type": "send", "content": "Hi"})
@@ -239,7 +246,9 @@ async def test_busy_and_rate_limited(fake_engine: FakeEngine, alice: User, chat:
     await ws.disconnect()
 
 
-async def test_bad_input_is_an_error_not_a_crash(fake_engine: FakeEngine, alice: User, chat: Conversation) -> None:
+async def test_bad_input_is_an_error_not_a_crash(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
     ws = await connected(alice, chat.pk)
     for payload, code in [
         ({"type": "send", "content": "   "}, "invalid"),
