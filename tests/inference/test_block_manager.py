@@ -112,8 +112,11 @@ def test_double_free_is_an_error_and_not_enough_blocks_refused():
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["add", "grow", "fork", "free", "compute"]), st.integers(0, 50),
-                  st.integers(1, 12)),
+        st.tuples(
+            st.sampled_from(["add", "grow", "fork", "free", "compute"]),
+            st.integers(0, 50),
+            st.integers(1, 12),
+        ),
         max_size=60,
     ),
     st.booleans(),

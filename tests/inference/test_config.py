@@ -6,8 +6,15 @@ from inference.config import SchedulerConfig
 
 def test_from_dict_merges_yaml_sections_and_coerces_strings():
     cfg = EngineConfig.from_dict(
-        {"model_id": "default", "max_model_len": "8192", "type": "native", "max_num_seqs": "8",
-         "enable_prefix_caching": "false", "gpu_memory_utilization": "0.5", "kv_cache_memory_bytes": ""}
+        {
+            "model_id": "default",
+            "max_model_len": "8192",
+            "type": "native",
+            "max_num_seqs": "8",
+            "enable_prefix_caching": "false",
+            "gpu_memory_utilization": "0.5",
+            "kv_cache_memory_bytes": "",
+        }
     )
     assert cfg.model == "default" and cfg.max_model_len == 8192 and cfg.max_num_seqs == 8
     assert cfg.enable_prefix_caching is False and cfg.gpu_memory_utilization == 0.5
@@ -16,9 +23,17 @@ def test_from_dict_merges_yaml_sections_and_coerces_strings():
 
 @pytest.mark.parametrize(
     "bad",
-    [{"dtype": "int3"}, {"block_size": 0}, {"gpu_memory_utilization": 1.5}, {"device": "tpu"},
-     {"max_num_seqs": -1}, {"attention_backend": "magic"}, {"bogus": 1}, {"type": "vllm"},
-     {"max_num_seqs": "many"}],
+    [
+        {"dtype": "int3"},
+        {"block_size": 0},
+        {"gpu_memory_utilization": 1.5},
+        {"device": "tpu"},
+        {"max_num_seqs": -1},
+        {"attention_backend": "magic"},
+        {"bogus": 1},
+        {"type": "vllm"},
+        {"max_num_seqs": "many"},
+    ],
 )
 def test_bad_values_raise_clear_value_errors(bad):
     with pytest.raises(ValueError):
@@ -32,9 +47,20 @@ def test_scheduler_config_without_chunking_needs_room_for_a_whole_prompt():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"n": 0}, {"temperature": -1}, {"top_p": 0}, {"top_k": -2}, {"min_p": 2}, {"presence_penalty": 3},
-     {"repetition_penalty": 0}, {"max_tokens": 0}, {"min_tokens": 5, "max_tokens": 2}, {"logprobs": 21},
-     {"stop": [""]}, {"logit_bias": {1: 500}}],
+    [
+        {"n": 0},
+        {"temperature": -1},
+        {"top_p": 0},
+        {"top_k": -2},
+        {"min_p": 2},
+        {"presence_penalty": 3},
+        {"repetition_penalty": 0},
+        {"max_tokens": 0},
+        {"min_tokens": 5, "max_tokens": 2},
+        {"logprobs": 21},
+        {"stop": [""]},
+        {"logit_bias": {1: 500}},
+    ],
 )
 def test_sampling_params_validation(kwargs):
     with pytest.raises(ValueError):

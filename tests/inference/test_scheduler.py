@@ -12,14 +12,24 @@ from tests.inference.test_block_manager import check_invariants
 
 def make(num_blocks=16, block_size=4, budget=32, max_seqs=4, chunked=True, max_len=32):
     bm = BlockManager(num_blocks, block_size)
-    cfg = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=max_len,
-                          enable_chunked_prefill=chunked)
+    cfg = SchedulerConfig(
+        max_num_seqs=max_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_len,
+        enable_chunked_prefill=chunked,
+    )
     return Scheduler(cfg, bm), FakeRunner(num_blocks=num_blocks, block_size=block_size)
 
 
 def seq(n, *, priority=0, arrival=0.0, start=0):
-    return Sequence("r", list(range(start, start + n)), SamplingParams(), max_tokens=64, arrival_time=arrival,
-                    priority=priority)
+    return Sequence(
+        "r",
+        list(range(start, start + n)),
+        SamplingParams(),
+        max_tokens=64,
+        arrival_time=arrival,
+        priority=priority,
+    )
 
 
 def run_step(sched, runner, token=7):
@@ -99,16 +109,25 @@ def test_abort_frees_blocks_from_either_queue():
 @settings(max_examples=120, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["add", "step", "step", "fork", "abort", "finish"]), st.integers(0, 99),
-                  st.integers(1, 14)),
+        st.tuples(
+            st.sampled_from(["add", "step", "step", "fork", "abort", "finish"]),
+            st.integers(0, 99),
+            st.integers(1, 14),
+        ),
         max_size=50,
     ),
     st.integers(4, 12),
     st.booleans(),
 )
 def test_random_schedules_keep_blocks_consistent(ops, num_blocks, chunked):
-    sched, runner = make(num_blocks=num_blocks, block_size=2, budget=8 if chunked else 16,
-                         max_seqs=3, chunked=chunked, max_len=8)
+    sched, runner = make(
+        num_blocks=num_blocks,
+        block_size=2,
+        budget=8 if chunked else 16,
+        max_seqs=3,
+        chunked=chunked,
+        max_len=8,
+    )
     live: list[Sequence] = []
     for op, pick, size in ops:
         target = live[pick % len(live)] if live else None
