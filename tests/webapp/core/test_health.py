@@ -1,0 +1,104 @@
+"""/health is 200 only when the default engine says ready; /version reports the package version."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.test import Client
+
+from tests.webapp.fake_engine import FakeEngine, FakeModelManager
+from webapp.core.engine import peek_manager, set_manager
+from webapp.core.version import app_version
+
+
+@pytest.fixture
+def no_manager() -> Iterator[None]:
+    previous = peek_manager()
+    set_manager(None)
+    yield
+    set_manager(previous)
+
+
+def test_health_without_engine_is_503(client: Client, no_manager: None) -> None:
+    response = client.get("/health")
+    assert response.status_code == 503
+    assert response.json()["status"] == "no_engine"
+    assert response.json()["reason"]
+
+
+def test_health_ready_is_200(client: Client, fake_manager: FakeModelManager) -> None:
+    response = client.get("/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["model"] == "fake-model"
+    assert body["models"] == [{"name": "fake-model", "state": "loaded", "error": None}]
+    assert response["Cache-Control"].startswith("max-age=0")
+
+
+def test_health_while_loading_is_503(client: Client, no_manager: None) -> None:
+    manager = FakeModelManager()
+    manager.register("slow-model", None)
+    manager.set_state("slow-model", "loading")
+    set_manager(manager)
+    response = client.get("/health")
+    assert response.status_code == 503
+    assert response.json()["status"] == "loading"
+
+
+def test_health_when_load_failed_is_503(client: Client, no_manager: None) -> None:
+    manager = FakeModelManager()
+    manager.register("broken", None)
+    manager.set_state("broken", "failed", "out of memory")
+    set_manager(manager)
+    response = client.get("/health")
+    assert response.status_code == 503
+    assert response.json()["status"] == "failed"
+    assert "out of memory" in response.json()["reason"]
+
+
+def test_health_registered_but_not_loaded_is_503(client: Client, no_manager: None) -> None:
+    manager = FakeModelManager()
+    manager.register("idle", None)
+    set_manager(manager)
+    response = client.get("/health")
+    assert response.status_code == 503
+    assert response.json()["status"] == "no_model"
+
+
+def test_health_engine_loading_state_is_503(
+    client: Client, fake_manager: FakeModelManager, fake_engine: FakeEngine
+) -> None:
+    fake_engine.state = "loading"
+    assert client.get("/health").status_code == 503
+
+
+def test_health_dead_engine_is_503(
+    client: Client, fake_manager: FakeModelManager, fake_engine: FakeEngine
+) -> None:
+    fake_engine.state = "dead"
+    fake_engine.error = "CUDA error: device-side assert"
+    response = client.get("/health")
+    assert response.status_code == 503
+    assert response.json() | {"models": []} == {
+        "status": "dead",
+        "model": "fake-model",
+        "reason": "CUDA error: device-side assert",
+        "models": [],
+    }
+
+
+def test_health_is_not_redirected_to_first_run_setup(client: Client, no_manager: None, db: None) -> None:
+    assert client.get("/health").status_code == 503
+
+
+def test_version(client: Client) -> None:
+    response = client.get("/version")
+    assert response.status_code == 200
+    assert response.json() == {"version": app_version()}
+    assert response.json()["version"] == "0.1.0"
+
+
+def test_health_rejects_post(client: Client, fake_manager: FakeModelManager) -> None:
+    assert client.post("/health").status_code == 405
