@@ -1,0 +1,102 @@
+"""The `mooncake` console script: check, models, and serve's start-up and clean stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from webapp.cli import build_parser
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("MOONCAKE_", "DJANGO_"))}
+    return {**inherited, "MOONCAKE_DATA": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _mooncake(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webapp.cli", *args],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def test_parser_knows_the_three_commands() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--config", "m.yaml", "--port", "9000"]).port == 9000
+    assert parser.parse_args(["check"]).command == "check"
+    assert parser.parse_args(["models"]).command == "models"
+    with pytest.raises(SystemExit):
+        parser.parse_args([])
+
+
+def test_check_reports_settings_and_the_default_model(tmp_path: Path) -> None:
+    result = _mooncake(["check"], _env(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SmolLM2-135M-Instruct <- " in result.stdout
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in result.stdout
+    assert result.stdout.rstrip().endswith("OK")
+
+
+def test_check_fails_on_a_missing_model_path(tmp_path: Path) -> None:
+    config = tmp_path / "mooncake.yaml"
+    config.write_text(f"model: {{model_id: {tmp_path / 'nowhere'}}}\n")
+    result = _mooncake(["check", "--config", str(config)], _env(tmp_path))
+    assert result.returncode == 1
+    assert "does not exist" in result.stderr
+
+
+def test_check_refuses_a_missing_config_file(tmp_path: Path) -> None:
+    result = _mooncake(["check", "--config", str(tmp_path / "absent.yaml")], _env(tmp_path))
+    assert result.returncode != 0
+    assert "does not exist" in result.stderr
+
+
+def test_models_without_a_running_server(tmp_path: Path) -> None:
+    result = _mooncake(["models", "--port", str(free_port())], _env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "SmolLM2-135M-Instruct  (default)" in result.stdout
+    assert "not running" in result.stdout
+
+
+@pytest.mark.worker
+def test_serve_migrates_starts_server_and_worker_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    env = _env(tmp_path, MOONCAKE_AUTOLOAD="0")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webapp.cli", "serve", "--port", str(port)],
+        env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        banner = ""
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 120
+        while "Ctrl-C stops everything" not in banner and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            banner += line
+        assert f"http://127.0.0.1:{port}/" in banner, banner
+        assert "create the administrator account" in banner
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/version", timeout=10) as response:
+            assert response.status == 200
+        assert (tmp_path / "data" / "mooncake.sqlite3").is_file()
+        deadline = time.monotonic() + 60
+        while "ready." not in banner and time.monotonic() < deadline:  # Celery's "celery@host ready."
+            banner += proc.stdout.readline()
+        assert "ready." in banner
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
