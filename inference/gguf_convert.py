@@ -147,7 +147,8 @@ def _dequantized_tensors(reader: object, arch: str, n_heads: int, n_kv_heads: in
             data = dequantize(tensor.data, tensor.tensor_type)
         if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
             data = _unpermute(data, n_heads if "q_proj" in name else n_kv_heads)
-        out[name] = torch.from_numpy(np.ascontiguousarray(data))
+        # Copy: F32/F16 data are read-only views of the memory-mapped file.
+        out[name] = torch.from_numpy(np.array(data, order="C", copy=True))
     return out
 
 

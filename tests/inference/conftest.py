@@ -1,0 +1,132 @@
+"""Shared fixtures for the real default model (SmolLM2-135M-Instruct, converted once from its GGUF)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from inference.gguf_convert import ensure_converted
+from inference.loader import LoadedModel, default_gguf_path, load_model
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEST_CACHE_DIR = REPO_ROOT / "var" / "test-cache"
+
+
+@pytest.fixture(scope="session")
+def test_cache_dir() -> Path:
+    """Persistent across test sessions so the ~10 s GGUF conversion happens once per checkout."""
+    TEST_CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    return TEST_CACHE_DIR
+
+
+@pytest.fixture(scope="session")
+def default_model_dir(test_cache_dir: Path) -> Path:
+    """HF-style directory (config.json, model.safetensors, tokenizer) of the bundled default model."""
+    return ensure_converted(default_gguf_path(), test_cache_dir)
+
+
+@pytest.fixture(scope="session")
+def default_loaded(default_model_dir: Path) -> LoadedModel:
+    """Our implementation of the default model, fp32 on CPU. A runner binds its KV cache to the model,
+    so use it with one ModelRunner at a time (build the runner inside the test)."""
+    return load_model(str(default_model_dir), dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def hf_reference(default_model_dir: Path) -> Iterator[torch.nn.Module]:
+    """Hugging Face's own LlamaForCausalLM over the same converted weights: the correctness oracle."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+    yield model
+
+
+TINY_CONFIGS: dict[str, dict[str, object]] = {
+    # GQA, untied head, llama3 rope scaling active well inside the test lengths.
+    "llama-rope-llama3": {
+        "kind": "llama",
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 512,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    },
+    "llama-rope-linear-bias": {
+        "kind": "llama",
+        "num_key_value_heads": 4,
+        "tie_word_embeddings": True,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    },
+    "qwen2": {"kind": "qwen2", "num_key_value_heads": 2, "tie_word_embeddings": True},
+    "qwen3": {"kind": "qwen3", "num_key_value_heads": 1, "head_dim": 32, "tie_word_embeddings": False},
+}
+
+
+def build_tiny_model_dir(name: str, out_dir: Path, tokenizer_dir: Path) -> Path:
+    """Random-weight HF model saved as safetensors, with the default model's tokenizer files beside it."""
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
+
+    options = dict(TINY_CONFIGS[name])
+    kind = options.pop("kind")
+    classes = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    }
+    config_cls, model_cls = classes[str(kind)]
+    config = config_cls(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        rms_norm_eps=1e-6,
+        **options,
+    )
+    torch.manual_seed(0)
+    model = model_cls(config)
+    with torch.no_grad():
+        # HF zero-inits biases and one-inits norms; randomize everything so every weight matters.
+        for param_name, param in model.named_parameters():
+            if "norm" in param_name:
+                param.copy_(1.0 + 0.2 * torch.randn_like(param))
+            else:
+                param.normal_(0.0, 0.1)
+    model.save_pretrained(out_dir)
+    for file in tokenizer_dir.iterdir():
+        if file.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(file, out_dir / file.name)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(
+    tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path
+) -> Callable[[str], Path]:
+    """Factory: name in TINY_CONFIGS -> a saved random-weight model directory (built once per session)."""
+    built: dict[str, Path] = {}
+
+    def make(name: str) -> Path:
+        if name not in built:
+            built[name] = build_tiny_model_dir(name, tmp_path_factory.mktemp(name), default_model_dir)
+        return built[name]
+
+    return make

@@ -1,0 +1,133 @@
+"""Model sources: GGUF conversion cache, pickle refusal, architecture checks, tokenizer."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from inference import gguf_convert
+from inference.device import resolve_dtype
+from inference.loader import (
+    LoadedModel,
+    ModelSourceError,
+    default_cache_dir,
+    default_gguf_path,
+    load_model,
+    resolve_source,
+)
+
+
+def test_default_source_is_the_bundled_gguf() -> None:
+    path = resolve_source("default")
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.is_file()
+
+
+def test_same_content_reuses_the_cached_conversion(
+    default_model_dir: Path, test_cache_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A renamed copy has the same sha256, so it must hit the conversion made by the session fixture.
+    copy = tmp_path / "renamed.gguf"
+    shutil.copyfile(default_gguf_path(), copy)
+    before = gguf_convert.conversion_count
+    with caplog.at_level(logging.INFO, logger="inference.gguf_convert"):
+        assert gguf_convert.ensure_converted(copy, test_cache_dir) == default_model_dir
+    assert gguf_convert.conversion_count == before
+    assert "Reusing converted GGUF" in caplog.text
+
+
+@pytest.mark.slow
+def test_gguf_converts_once_into_a_fresh_cache(tmp_path: Path) -> None:
+    before = gguf_convert.conversion_count
+    first = gguf_convert.ensure_converted(default_gguf_path(), tmp_path)
+    mtime = (first / "model.safetensors").stat().st_mtime_ns
+    second = gguf_convert.ensure_converted(default_gguf_path(), tmp_path)
+    assert first == second
+    assert gguf_convert.conversion_count == before + 1
+    assert (second / "model.safetensors").stat().st_mtime_ns == mtime
+    assert json.loads((first / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert not [p for p in (tmp_path / "gguf").iterdir() if p.name.startswith(".")]  # no temp dirs left
+
+
+def test_hash_memo_skips_rehashing(tmp_path: Path) -> None:
+    data = tmp_path / "blob.gguf"
+    data.write_bytes(b"x" * 1000)
+    sha = gguf_convert.file_sha256(data, tmp_path / "cache")
+    memo = json.loads((tmp_path / "cache" / "hash-memo.json").read_text())
+    assert memo[str(data.resolve())]["sha256"] == sha
+    # A memo hit is trusted while size and mtime match; a rewrite changes them and forces a rehash.
+    memo[str(data.resolve())]["sha256"] = "memoized"
+    (tmp_path / "cache" / "hash-memo.json").write_text(json.dumps(memo))
+    assert gguf_convert.file_sha256(data, tmp_path / "cache") == "memoized"
+    data.write_bytes(b"y" * 1001)
+    assert gguf_convert.file_sha256(data, tmp_path / "cache") not in ("memoized", sha)
+
+
+@pytest.mark.parametrize("name", ["model.bin", "weights.pt", "weights.pth", "model.ckpt"])
+def test_pickle_files_are_refused(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).write_bytes(b"\x80\x04")
+    with pytest.raises(ValueError, match="pickle"):
+        resolve_source(str(tmp_path / name))
+
+
+def test_directory_with_only_pickle_weights_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04")
+    with pytest.raises(ModelSourceError, match="pickle"):
+        load_model(str(tmp_path), device="cpu")
+
+
+def test_missing_source_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelSourceError, match="does not exist"):
+        resolve_source(str(tmp_path / "nope"))
+
+
+def test_unsupported_architecture_lists_supported_ones(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})
+    )
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"GPT2LMHeadModel.*supported: LlamaForCausalLM.*Qwen3ForCausalLM"):
+        load_model(str(tmp_path), device="cpu")
+
+
+def test_default_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MOONCAKE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("MOONCAKE_DATA", raising=False)
+    assert default_cache_dir() == Path("var") / "cache"
+    monkeypatch.setenv("MOONCAKE_DATA", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "cache"
+    monkeypatch.setenv("MOONCAKE_CACHE_DIR", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c"
+
+
+def test_auto_dtype_is_fp32_on_cpu() -> None:
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("int3", torch.device("cpu"))
+
+
+def test_loaded_default_model(default_loaded: LoadedModel, default_model_dir: Path) -> None:
+    assert default_loaded.architecture == "LlamaForCausalLM"
+    assert default_loaded.model_dir == default_model_dir
+    assert default_loaded.context_length == 8192
+    assert default_loaded.eos_token_ids == {2}
+    assert default_loaded.dtype == torch.float32 and default_loaded.device == torch.device("cpu")
+    assert 130e6 < default_loaded.num_params < 140e6  # tied embeddings counted once
+
+
+def test_tokenizer_has_the_chat_template(default_loaded: LoadedModel) -> None:
+    tok = default_loaded.tokenizer
+    assert tok.chat_template
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text.endswith("<|im_start|>assistant\n")
+    assert tok.convert_ids_to_tokens(2) == "<|im_end|>"
