@@ -84,7 +84,7 @@ class FakeRunner:
         rows, all_positions = [], {}
         for i, chunk in enumerate(chunks):
             end = chunk.start + chunk.num_tokens
-            assert 0 < chunk.num_tokens and end <= len(chunk.token_ids)
+            assert chunk.num_tokens > 0 and end <= len(chunk.token_ids)
             assert len(chunk.block_table) * self.block_size >= end
             for pos in range(chunk.start, end):
                 self.kv[self.slot(chunk, pos)] = (pos, chunk.token_ids[pos])

@@ -142,7 +142,7 @@ def test_abort_mid_generation_frees_every_block():
 def test_streamed_deltas_add_up_and_metrics_are_recorded():
     engine = fake_engine()
     # Force a run of multibyte output: the bytes of "月🌙" one token at a time, then EOS.
-    forced = TOK.encode("月🌙") + [EOS]
+    forced = [*TOK.encode("月🌙"), EOS]
     processors = [lambda ids, row, forced=forced: _force(ids, row, forced, len(PROMPTS[0]))]
     engine.add_request(
         "m", PROMPTS[0], SamplingParams(temperature=0, max_tokens=20, logits_processors=processors)

@@ -1,0 +1,127 @@
+"""AsyncEngine over the fake runner: streaming, abort by closing the iterator, dead state, shutdown."""
+
+import asyncio
+import time
+
+import pytest
+
+from inference import AsyncEngine, EngineDeadError, PromptTooLongError, QueueFullError, SamplingParams
+from tests.inference.fakes import ByteTokenizer, fake_engine, reference_greedy
+
+TOK = ByteTokenizer()
+LONG = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+
+
+@pytest.fixture
+def engine():
+    eng = AsyncEngine(fake_engine(max_model_len=200, max_queue_len=3))
+    yield eng
+    eng.shutdown()
+
+
+async def wait_for(predicate, timeout=5.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+async def test_stream_matches_reference_and_ends_finished(engine):
+    prompt = TOK.encode("hello there")
+    outs = [
+        o async for o in engine.generate(prompt, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+    ]
+    assert outs[-1].finished and not any(o.finished for o in outs[:-1])
+    assert outs[-1].outputs[0].token_ids == reference_greedy(prompt, 8)
+    assert [t for o in outs for t in o.outputs[0].delta_token_ids] == outs[-1].outputs[0].token_ids
+    assert "".join(o.outputs[0].delta_text for o in outs) == outs[-1].outputs[0].text
+    assert engine.health().state == "ready" and engine.stats().finished_by_reason == {"length": 1}
+
+
+async def test_closing_the_iterator_aborts_and_frees_blocks(engine):
+    gen = engine.generate(TOK.encode("a long story"), LONG)
+    async for _ in gen:
+        break
+    await gen.aclose()
+    block_manager = engine.engine.scheduler.block_manager
+    await wait_for(lambda: block_manager.num_used_blocks == 0 and engine.stats().num_running == 0)
+    assert engine.stats().finished_by_reason == {"abort": 1}
+
+
+async def test_cancelling_the_consumer_task_aborts(engine):
+    async def consume():
+        async for _ in engine.generate(TOK.encode("another story"), LONG):
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(consume())
+    await wait_for(lambda: engine.stats().num_running == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_for(lambda: engine.engine.scheduler.block_manager.num_used_blocks == 0)
+
+
+async def test_abort_from_elsewhere_ends_the_stream_with_abort(engine):
+    outs = []
+
+    async def consume():
+        async for out in engine.generate(TOK.encode("x"), LONG, request_id="r1"):
+            outs.append(out)
+
+    task = asyncio.create_task(consume())
+    await wait_for(lambda: bool(outs))
+    await engine.abort("r1")
+    await asyncio.wait_for(task, 5)
+    assert outs[-1].finished and outs[-1].outputs[0].finish_reason == "abort"
+
+
+async def test_errors_before_the_first_output():
+    llm = fake_engine(max_model_len=200, max_queue_len=2, max_num_seqs=1)
+    execute = llm.runner.execute
+    llm.runner.execute = lambda chunks: (time.sleep(0.02), execute(chunks))[1]  # keep requests queued
+    engine = AsyncEngine(llm)
+    with pytest.raises(PromptTooLongError):
+        await anext(engine.generate(list(range(1, 250)), LONG))
+    gens = [engine.generate([1, 2], LONG) for _ in range(4)]
+    tasks = []
+    for i, gen in enumerate(gens[:3]):
+        tasks.append(asyncio.create_task(anext(gen)))
+        await wait_for(lambda i=i: engine.stats().num_running == 1 and engine.stats().num_waiting == i)
+    with pytest.raises(QueueFullError):
+        await anext(gens[3])
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for gen in gens[:3]:
+        await gen.aclose()
+    engine.shutdown()
+
+
+async def test_a_crashing_step_marks_dead_and_fails_pending_requests():
+    engine = AsyncEngine(fake_engine())
+    engine.engine.runner.fail_with = RuntimeError("CUDA exploded")
+    with pytest.raises(EngineDeadError, match="CUDA exploded"):
+        async for _ in engine.generate([1, 2, 3], LONG):
+            pass
+    assert engine.health().state == "dead" and "CUDA exploded" in (engine.health().error or "")
+    with pytest.raises(EngineDeadError):
+        await anext(engine.generate([1, 2, 3], LONG))
+    engine.shutdown()
+
+
+async def test_shutdown_drains_then_aborts_leftovers():
+    engine = AsyncEngine(fake_engine(max_model_len=200))
+    short = engine.generate([1, 2], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    first = await anext(short)
+    assert not first.finished
+    await asyncio.to_thread(engine.shutdown, drain_timeout=2.0)
+    rest = [o async for o in short]
+    assert rest[-1].finished and rest[-1].outputs[0].finish_reason == "length"
+    with pytest.raises(EngineDeadError):
+        await anext(engine.generate([1], LONG))
+
+
+async def test_chat_template_returns_token_ids(engine):
+    ids = engine.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert TOK.decode(ids).endswith("<assistant>")
