@@ -50,7 +50,8 @@ def default_engine_readiness() -> Readiness:
             )
         return Readiness(False, "no_model", str(exc) or "No model is loaded.", default, models)
     health = engine.health()
-    name = str(getattr(engine, "model_name", default))
+    # The manager's name is the one API clients use; engine.model_name is the model's source.
+    name = default or str(engine.model_name)
     if health.state == "ready":
         return Readiness(True, "ok", None, name, models)
     if health.state == "loading":

@@ -1,0 +1,58 @@
+"""The real thing: Daphne in a subprocess with the real default model, as `make run` serves it."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from tests.conftest import LiveDaphne
+
+pytestmark = pytest.mark.slow
+
+
+def test_health_is_200_once_the_default_model_is_loaded(daphne_server: LiveDaphne) -> None:
+    status, body = daphne_server.get("/health")
+    assert status == 200
+    health = json.loads(body)
+    assert health["status"] == "ok"
+    assert health["models"][0]["state"] == "loaded"
+
+
+def test_metrics_show_the_loaded_engine(daphne_server: LiveDaphne) -> None:
+    status, body = daphne_server.get("/metrics")
+    assert status == 200
+    text = body.decode()
+    model = json.loads(daphne_server.get("/health")[1])["model"]
+    assert f'mooncake:num_requests_running{{model_name="{model}"}}' in text
+    assert f'mooncake:kv_cache_capacity_tokens{{model_name="{model}"}}' in text
+
+
+def test_static_and_first_run_redirect(daphne_server: LiveDaphne) -> None:
+    status, body = daphne_server.get("/static/vendor/htmx.min.js")
+    assert status == 200
+    assert body.startswith(b"var htmx=")
+    with socket.create_connection((daphne_server.host, daphne_server.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /chat/ HTTP/1.1\r\nHost: {daphne_server.host}\r\nConnection: close\r\n\r\n".encode()
+        )
+        head = sock.recv(4096).decode()
+    assert head.startswith("HTTP/1.1 302")
+    assert "Location: /setup/" in head
+
+
+def _handshake(server: LiveDaphne, origin: str) -> str:
+    request = (
+        f"GET /ws/ping/ HTTP/1.1\r\nHost: {server.host}:{server.port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        f"Origin: {origin}\r\n\r\n"
+    )
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        return sock.recv(4096).decode(errors="replace")
+
+
+def test_websocket_handshakes_are_refused_for_foreign_origin_and_anonymous(daphne_server: LiveDaphne) -> None:
+    assert _handshake(daphne_server, "http://evil.example.com").startswith("HTTP/1.1 403")
+    assert _handshake(daphne_server, daphne_server.url).startswith("HTTP/1.1 403")
