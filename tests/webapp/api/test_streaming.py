@@ -23,8 +23,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 async def run_asgi_until_disconnect(body: bytes, *, disconnect_after_chunks: int) -> list[dict[str, Any]]:
     """Drive Django's real ASGI handler and report `http.disconnect` as Daphne does when a client leaves."""
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "root_path": "", "query_string": b"",
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+        "root_path": "", "query_string": b"",
         "headers": [(b"host", b"testserver"), (b"content-type", b"application/json")],
         "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
     }  # fmt: skip
