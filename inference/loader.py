@@ -105,8 +105,9 @@ def load_model(
 
     with torch.device("meta"):
         model = model_cls(hf_config)
-    # Materialize directly on the target device: no throwaway random init of every weight.
-    model = model.to_empty(device=torch_device).to(torch_dtype)
+    # Cast while still on meta, then materialize on the target device in the final dtype: no throwaway
+    # random init and no transient fp32 copy of a model that should only ever be bf16 on the GPU.
+    model = model.to(torch_dtype).to_empty(device=torch_device)
     load_weights(model, model_dir)
     model.eval()
 

@@ -62,7 +62,9 @@ class ModelRunner:
         self.vocab_size = self.model.args.vocab_size
         if self.device.type == "cpu":
             torch.set_num_threads(cpu_core_count())
-        self.backend = select_backend(attention_backend, device=self.device, block_size=block_size)
+        self.backend = select_backend(
+            attention_backend, device=self.device, dtype=loaded.dtype, block_size=block_size
+        )
         self.attention_backend_name = self.backend.name
         # Until sized, the model may run (CUDA profiling) with any cache; max_model_len bounds nothing yet.
         self.max_model_len = loaded.context_length
@@ -129,8 +131,9 @@ class ModelRunner:
         used_before = total - free
         allocated_before = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
-        seq_len = max(1, min(self.max_model_len, -(-max_tokens // max_seqs)))
-        num_seqs = -(-max_tokens // seq_len)
+        # Longest allowed sequences filling the token budget: the worst case for attention and the MLP alike.
+        seq_len = max(1, min(self.max_model_len, max_tokens))
+        num_seqs = min(max_seqs, -(-max_tokens // seq_len))
         blocks_per_seq = -(-seq_len // self.block_size)
         spec = self.model.kv_cache_spec(next(self.model.parameters()).dtype)
         scratch = allocate_kv_cache(

@@ -14,14 +14,17 @@ logger = logging.getLogger(__name__)
 BACKEND_NAMES = ("auto", "torch", "flash_attn")
 
 
-def select_backend(name: str, *, device: torch.device, block_size: int) -> AttentionBackend:
-    """ "auto" prefers flash-attn on CUDA when it imports, else torch; explicit choices fail loudly."""
+def select_backend(
+    name: str, *, device: torch.device, dtype: torch.dtype, block_size: int
+) -> AttentionBackend:
+    """With "auto": flash-attn on CUDA in fp16/bf16 if it imports, else torch. Explicit choices fail loud."""
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
-    if name == "torch" or (name == "auto" and device.type != "cuda"):
+    flash_ok = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+    if name == "torch" or (name == "auto" and not flash_ok):
         return TorchAttentionBackend()
-    if device.type != "cuda":
-        raise ValueError("attention_backend='flash_attn' needs a CUDA device")
+    if not flash_ok:
+        raise ValueError("attention_backend='flash_attn' needs a CUDA device and float16 or bfloat16")
     try:
         from inference.attention.flash_backend import FlashAttentionBackend
 

@@ -131,3 +131,19 @@ def test_tokenizer_has_the_chat_template(default_loaded: LoadedModel) -> None:
     )
     assert isinstance(text, str) and text.endswith("<|im_start|>assistant\n")
     assert tok.convert_ids_to_tokens(2) == "<|im_end|>"
+
+
+def test_conversion_matches_transformers_gguf_loader(default_model_dir: Path) -> None:
+    """Guards the Q/K un-permutation, which logit tests against HF (same converted weights) cannot see."""
+    from safetensors.torch import load_file
+    from transformers import LlamaForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    model = LlamaForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32)
+    theirs = load_gguf_checkpoint(str(default_gguf_path()), return_tensors=True, model_to_load=model)[
+        "tensors"
+    ]
+    ours = load_file(str(default_model_dir / "model.safetensors"))
+    assert set(ours) == set(theirs)
+    for name, tensor in ours.items():
+        assert torch.equal(tensor, theirs[name].to(tensor.dtype)), name
