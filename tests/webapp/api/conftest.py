@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 from django.test import AsyncClient
 
+from tests.webapp.api.live import api_key, api_server, oai
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.api.services.limits import limiter
 from webapp.core.engine import peek_manager, set_manager
+
+__all__ = ["api_key", "api_server", "oai"]  # session fixtures for the live suites
 
 
 @pytest.fixture
