@@ -48,6 +48,14 @@
       setRunning(ev.running);
     } else if (ev.type === "error") {
       showError(ev.message);  // The typed text was never cleared, so it is still there to resend.
+    } else if (ev.type === "conversation") {
+      const sidebar = document.getElementById("conv-list");
+      const existing = document.getElementById("conv-" + ev.id);
+      if (existing) { existing.remove(); }
+      sidebar.querySelectorAll(".conv-empty").forEach(function (n) { n.remove(); });
+      const item = fragment(ev.html);
+      sidebar.prepend(item);
+      if (window.htmx) { window.htmx.process(item); }  // Its delete button is an htmx element.
     } else if (ev.type === "title") {
       const field = document.getElementById("title-input");
       if (field && document.activeElement !== field) { field.value = ev.title; }

@@ -7,7 +7,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
-from webapp.chat.models import Message
+from webapp.chat.models import Conversation, Message
 
 
 def group_name(conversation_id: int) -> str:
@@ -24,6 +24,12 @@ def upsert(message: Message, *, nonce: str | None = None) -> dict[str, Any]:
     if nonce:
         event["nonce"] = nonce
     return event
+
+
+def conversation(chat: Conversation) -> dict[str, Any]:
+    """The chat's sidebar entry, so a first message puts a new chat at the top of the list."""
+    html = render_to_string("chat/_conversation_item.html", {"c": chat, "current_id": chat.pk})
+    return {"type": "conversation", "id": chat.pk, "html": html}
 
 
 def remove(ids: list[int]) -> dict[str, Any]:

@@ -63,7 +63,9 @@ class GenerationService:
                 )
             except ValueError as exc:
                 raise errors.ChatError("invalid", str(exc)) from exc
-            await events.broadcast(conversation.pk, events.upsert(message, nonce=nonce))
+            await events.broadcast(
+                conversation.pk, events.upsert(message, nonce=nonce), events.conversation(conversation)
+            )
             await self._start(conversation, engine, prompt_ids)
             return message
 
@@ -163,7 +165,7 @@ class GenerationService:
 
     async def _start(self, conversation: Conversation, engine: Any, prompt_ids: list[int]) -> None:
         message = await database_sync_to_async(services.assistant_message_create)(
-            conversation=conversation, model=str(getattr(engine, "model_name", conversation.model))
+            conversation=conversation, model=conversation.model or await _default_name()
         )
         from inference import SamplingParams
 
@@ -223,6 +225,10 @@ class GenerationService:
         await events.broadcast(reply.conversation_id, events.upsert(message), events.state(running=False))
         if message.status == Message.Status.COMPLETE and not conversation.title_is_custom:
             self.titles.maybe_start(conversation_id=reply.conversation_id, engine=reply.engine)
+
+
+async def _default_name() -> str:
+    return await asyncio.to_thread(selectors.default_model_name)
 
 
 _service: GenerationService | None = None

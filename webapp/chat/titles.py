@@ -20,6 +20,7 @@ from webapp.chat.models import Message
 logger = logging.getLogger(__name__)
 
 TITLE_MAX_TOKENS = 16
+MAX_TITLE_WORDS = 8
 _INSTRUCTION = (
     "Write a short title, at most six words, for the conversation below. "
     "Reply with the title only, no quotes.\n\nUser: {user}\n\nAssistant: {assistant}"
@@ -31,9 +32,9 @@ def clean_title(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return ""
-    title = re.sub(r"^(title\s*:\s*)", "", lines[0].strip(), flags=re.IGNORECASE)
-    title = title.strip(" \"'`*#.").strip()
-    return title[:80]
+    title = re.sub(r"^(title\s*:\s*|\d+[.)]\s+|[-*]\s+)", "", lines[0].strip(), flags=re.IGNORECASE)
+    title = " ".join(title.split()[:MAX_TITLE_WORDS])
+    return title.strip(" \"'`*#.:,;").strip()[:80]
 
 
 def _first_exchange(conversation_id: int) -> tuple[str, str] | None:

@@ -51,6 +51,8 @@ async def test_send_streams_saves_and_titles(
     user_event = events[0]
     assert user_event["type"] == "upsert" and user_event["nonce"] == "n1" and "Hi there" in user_event["html"]
     assert {"type": "state", "running": True} in events
+    sidebar = next(e for e in events if e["type"] == "conversation")
+    assert f'id="conv-{chat.pk}"' in sidebar["html"] and "Hi there" in sidebar["html"]
     final = [e for e in events if e["type"] == "upsert"][-1]
     assert "<strong>bold</strong>" in final["html"]
     assert "&lt;script&gt;" in final["html"] and "<script>" not in final["html"]

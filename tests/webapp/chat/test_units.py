@@ -40,6 +40,9 @@ def test_code_blocks_get_copy_buttons() -> None:
         ('"Paris Trip Plans"\nmore text', "Paris Trip Plans"),
         ("Title: **Baking bread.**", "Baking bread"),
         ("\n\n  ", ""),
+        ("2. Mars is far", "Mars is far"),
+        ("- Bullet title", "Bullet title"),
+        ("The moon is a celestial body in our planet's solar system.", "The moon is a celestial body in our"),
     ],
 )
 def test_clean_title(raw: str, title: str) -> None:
