@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -103,6 +103,16 @@ def usage_record(
 ) -> None:
     """Add one request to the day's totals for its user and key."""
     day = date or timezone.now().astimezone(dt.UTC).date()
+    try:
+        _usage_add(day, user_id, api_key_id, prompt_tokens, completion_tokens, error)
+    except IntegrityError:
+        # Another process created the day's row between our read and insert: it exists now.
+        _usage_add(day, user_id, api_key_id, prompt_tokens, completion_tokens, error)
+
+
+def _usage_add(
+    day: dt.date, user_id: int | None, api_key_id: int | None, prompt: int, completion: int, error: bool
+) -> None:
     with transaction.atomic():
         # filter() then create(): get_or_create cannot look up a NULL user (anonymous use) by equality.
         rows = DailyUsage.objects.select_for_update().filter(
@@ -116,6 +126,6 @@ def usage_record(
         DailyUsage.objects.filter(pk=row.pk).update(
             requests=F("requests") + 1,
             errors=F("errors") + (1 if error else 0),
-            prompt_tokens=F("prompt_tokens") + prompt_tokens,
-            completion_tokens=F("completion_tokens") + completion_tokens,
+            prompt_tokens=F("prompt_tokens") + prompt,
+            completion_tokens=F("completion_tokens") + completion,
         )
