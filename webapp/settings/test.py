@@ -15,6 +15,12 @@ os.environ.setdefault("MOONCAKE_CACHE_DIR", str(Path(__file__).resolve().parents
 
 from webapp.settings.base import *  # noqa: F403
 from webapp.settings.env import env_bool, env_choice
+from webapp.settings.mooncake_yaml import load_mooncake_config
+
+# A developer's own ./mooncake.yaml must not change what the tests see; MOONCAKE_CONFIG still can.
+if not os.environ.get("MOONCAKE_CONFIG"):
+    MOONCAKE_CONFIG_PATH = None
+    MOONCAKE = load_mooncake_config(None)
 
 DEBUG = False
 SECRET_KEY = "mooncake-test-secret-key-not-for-production-use-0123456789abcdef"
