@@ -23,11 +23,12 @@ HI = [{"role": "user", "content": "Name three colors."}]
 PROMPT = "The capital of France is"
 
 
-def greedy_chat(client: OpenAI, **kwargs: Any) -> Any:
-    return client.chat.completions.create(model=MODEL, messages=HI, temperature=0, max_tokens=8, **kwargs)
+def greedy_chat(client: Any, **kwargs: Any) -> Any:
+    kwargs.setdefault("max_tokens", 8)
+    return client.chat.completions.create(model=MODEL, messages=HI, temperature=0, **kwargs)
 
 
-def test_models_and_tokenizer(oai: OpenAI, api_server: LiveDaphne, api_key: str) -> None:
+def test_models_and_tokenizer(oai: Any, api_server: LiveDaphne, api_key: str) -> None:
     models = oai.models.list()
     assert [m.id for m in models.data] == [MODEL]
     assert oai.models.retrieve("default").id == MODEL
@@ -38,7 +39,7 @@ def test_models_and_tokenizer(oai: OpenAI, api_server: LiveDaphne, api_key: str)
     assert back["prompt"] == PROMPT
 
 
-def test_greedy_stream_equals_non_stream(oai: OpenAI) -> None:
+def test_greedy_stream_equals_non_stream(oai: Any) -> None:
     whole = greedy_chat(oai)
     chunks = list(greedy_chat(oai, stream=True))
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -47,7 +48,7 @@ def test_greedy_stream_equals_non_stream(oai: OpenAI) -> None:
     assert whole.usage.completion_tokens == 8 and whole.choices[0].finish_reason == "length"
 
 
-def test_n_choices_have_indices(oai: OpenAI) -> None:
+def test_n_choices_have_indices(oai: Any) -> None:
     response = oai.completions.create(model=MODEL, prompt=PROMPT, n=3, max_tokens=4, temperature=0)
     assert sorted(c.index for c in response.choices) == [0, 1, 2]
     assert len({c.text for c in response.choices}) == 1  # greedy n>1: all the same
@@ -55,7 +56,7 @@ def test_n_choices_have_indices(oai: OpenAI) -> None:
     assert sorted(c.index for c in sampled.choices) == [0, 1]
 
 
-def test_stop_sequences(oai: OpenAI) -> None:
+def test_stop_sequences(oai: Any) -> None:
     full = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0).choices[0].text
     words = full.split()
     assert len(words) >= 2, full
@@ -66,7 +67,7 @@ def test_stop_sequences(oai: OpenAI) -> None:
     assert full.startswith(choice.text)
 
 
-def test_seed_reproducible(oai: OpenAI) -> None:
+def test_seed_reproducible(oai: Any) -> None:
     def sample() -> str:
         r = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=1.0, seed=1234)
         return r.choices[0].text
@@ -74,7 +75,7 @@ def test_seed_reproducible(oai: OpenAI) -> None:
     assert sample() == sample()
 
 
-def test_chat_logprobs_shape(oai: OpenAI) -> None:
+def test_chat_logprobs_shape(oai: Any) -> None:
     response = greedy_chat(oai, logprobs=True, top_logprobs=3, max_tokens=4)
     content = response.choices[0].logprobs.content
     assert len(content) == response.usage.completion_tokens == 4
@@ -85,7 +86,7 @@ def test_chat_logprobs_shape(oai: OpenAI) -> None:
         assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob)  # greedy: chosen is the top
 
 
-def test_completion_echo_logprobs(oai: OpenAI) -> None:
+def test_completion_echo_logprobs(oai: Any) -> None:
     response = oai.completions.create(
         model=MODEL, prompt=PROMPT, max_tokens=3, temperature=0, echo=True, logprobs=2
     )
@@ -100,7 +101,7 @@ def test_completion_echo_logprobs(oai: OpenAI) -> None:
     assert lp.text_offset == sorted(lp.text_offset)
 
 
-def test_logit_bias(oai: OpenAI, api_server: LiveDaphne, api_key: str) -> None:
+def test_logit_bias(oai: Any, api_server: LiveDaphne, api_key: str) -> None:
     headers = {"Authorization": f"Bearer {api_key}"}
     base = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, temperature=0, logprobs=0)
     first = base.choices[0].text
@@ -152,13 +153,13 @@ def test_sse_framing_and_include_usage(api_server: LiveDaphne, api_key: str) -> 
     assert sum(1 for e in events if e["choices"] and e["choices"][0]["finish_reason"]) == 1
 
 
-def test_concurrent_identical_greedy(oai: OpenAI) -> None:
+def test_concurrent_identical_greedy(oai: Any) -> None:
     with ThreadPoolExecutor(8) as pool:
         texts = list(pool.map(lambda _: greedy_chat(oai, max_tokens=6).choices[0].message.content, range(8)))
     assert len(set(texts)) == 1 and texts[0]
 
 
-def test_json_schema_output_validates(oai: OpenAI) -> None:
+def test_json_schema_output_validates(oai: Any) -> None:
     schema = {
         "type": "object",
         "properties": {
@@ -186,7 +187,7 @@ def test_json_schema_output_validates(oai: OpenAI) -> None:
         assert isinstance(json.loads(anything.choices[0].message.content), dict)
 
 
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -205,7 +206,7 @@ WEATHER = {
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_named_tool_call_arguments_validate(oai: OpenAI, stream: bool) -> None:
+def test_named_tool_call_arguments_validate(oai: Any, stream: bool) -> None:
     kwargs: dict[str, Any] = {
         "model": MODEL,
         "temperature": 0,
@@ -227,7 +228,7 @@ def test_named_tool_call_arguments_validate(oai: OpenAI, stream: bool) -> None:
     assert jsonschema_rs.validator_for(WEATHER["function"]["parameters"]).is_valid(json.loads(arguments))
 
 
-def test_required_tool_choice(oai: OpenAI) -> None:
+def test_required_tool_choice(oai: Any) -> None:
     message = (
         oai.chat.completions.create(
             model=MODEL,
@@ -263,14 +264,14 @@ def test_required_tool_choice(oai: OpenAI) -> None:
         {"prompt": "hi", "temperature": 3},
     ],
 )
-def test_bad_requests_are_400(oai: OpenAI, kwargs: dict[str, Any]) -> None:
+def test_bad_requests_are_400(oai: Any, kwargs: dict[str, Any]) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         oai.completions.create(model=MODEL, **kwargs)
     assert info.value.status_code == 400
     assert info.value.body["type"] == "invalid_request_error"  # type: ignore[index]
 
 
-def test_chat_errors(oai: OpenAI, api_server: LiveDaphne, api_key: str) -> None:
+def test_chat_errors(oai: Any, api_server: LiveDaphne, api_key: str) -> None:
     with pytest.raises(openai.BadRequestError):
         oai.chat.completions.create(model=MODEL, messages=HI, logprobs=True, top_logprobs=21)
     with pytest.raises(openai.BadRequestError):
@@ -287,7 +288,7 @@ def test_chat_errors(oai: OpenAI, api_server: LiveDaphne, api_key: str) -> None:
 
 def test_auth_errors(api_server: LiveDaphne) -> None:
     for key in ("mc-not-a-key", "EMPTY"):
-        client = OpenAI(base_url=api_server.url + "/v1", api_key=key, max_retries=0)
+        client: Any = OpenAI(base_url=api_server.url + "/v1", api_key=key, max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             client.models.list()
     anonymous = httpx.get(api_server.url + "/v1/models")
@@ -295,7 +296,7 @@ def test_auth_errors(api_server: LiveDaphne) -> None:
 
 
 def test_rate_limit_is_429(api_server: LiveDaphne) -> None:
-    client = OpenAI(
+    client: Any = OpenAI(
         base_url=api_server.url + "/v1",
         api_key=create_key(api_server, "limited", requests_per_minute=1),
         max_retries=0,
@@ -325,7 +326,7 @@ async def test_queue_full_is_503(api_server: LiveDaphne, api_key: str) -> None:
 # ---- cancellation -------------------------------------------------------------------------------------
 
 
-async def test_cancellation_storm_frees_kv(api_server: LiveDaphne, api_key: str, oai: OpenAI) -> None:
+async def test_cancellation_storm_frees_kv(api_server: LiveDaphne, api_key: str, oai: Any) -> None:
     body = {"model": MODEL, "messages": HI, "max_tokens": 500, "stream": True, "temperature": 0.7}
     headers = {"Authorization": f"Bearer {api_key}"}
 

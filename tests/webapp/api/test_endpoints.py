@@ -14,6 +14,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SCRIPT = "Hello there, this is the fake model speaking."
 
 
+def last_prompt(engine: FakeEngine) -> str:
+    prompt = engine.calls[-1][0]
+    return prompt if isinstance(prompt, str) else engine.tokenizer.decode(prompt)
+
+
 async def test_chat_completion_shape(client: AsyncClient, engine: FakeEngine) -> None:
     body = {
         "messages": USER,
@@ -123,7 +128,7 @@ async def test_tools_auto_parses_tool_call_markup(client: AsyncClient, engine: F
     call = choice["message"]["tool_calls"][0]
     assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert call["id"].startswith("call_") and choice["message"]["content"] == "Sure."
-    prompt = engine.tokenizer.decode(engine.calls[-1][0])
+    prompt = last_prompt(engine)
     assert "<|tools|>" in prompt  # the fake's template renders tools itself
 
 
@@ -136,7 +141,7 @@ async def test_assistant_tool_calls_and_tool_results_render(client: AsyncClient,
     ]  # fmt: skip
     response = await post_json(client, "/v1/chat/completions", {"messages": messages})
     assert response.status_code == 200
-    prompt = engine.tokenizer.decode(engine.calls[-1][0])
+    prompt = last_prompt(engine)
     assert "<tool_call>" in prompt and "<|tool|> 42" in prompt
 
 

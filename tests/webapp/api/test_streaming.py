@@ -39,7 +39,7 @@ async def run_asgi_until_disconnect(body: bytes, *, disconnect_after_chunks: int
         await gone.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Any) -> None:
         sent.append(message)
         chunks = [m for m in sent if m["type"] == "http.response.body" and m.get("body")]
         if len(chunks) >= disconnect_after_chunks:

@@ -10,7 +10,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from webapp.accounts.selectors import Limits
@@ -58,7 +58,7 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._counters: dict[Bucket, _Counters] = {}
 
-    def admit(self, checks: list[tuple[Bucket, Limits]]) -> Admission:
+    def admit(self, checks: Sequence[tuple[Bucket, Limits]]) -> Admission:
         """Admit one request against every bucket at once, or raise a 429 APIError and admit none."""
         with self._lock:
             now = self._clock()
