@@ -29,6 +29,10 @@ SAVE_INTERVAL_S = 0.5
 BROADCAST_INTERVAL_S = 0.05
 
 
+class _ReplyDeleted(Exception):
+    """The chat was deleted while its reply was streaming: stop generating it."""
+
+
 @dataclass(slots=True)
 class RunningReply:
     conversation_id: int
@@ -194,15 +198,18 @@ class GenerationService:
                 message.finish_reason = completion.finish_reason or ""
                 now = time.monotonic()
                 if now - last_save >= SAVE_INTERVAL_S:
-                    await database_sync_to_async(services.assistant_message_save)(message=message)
+                    if not await database_sync_to_async(services.assistant_message_save)(message=message):
+                        raise _ReplyDeleted
                     last_save = now
                 if now - last_send >= BROADCAST_INTERVAL_S and not output.finished:
                     await events.broadcast(reply.conversation_id, events.upsert(message))
                     last_send = now
             stopped = message.finish_reason == "abort"
             message.status = Message.Status.STOPPED if stopped else Message.Status.COMPLETE
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, _ReplyDeleted):
             message.status, message.finish_reason = Message.Status.STOPPED, "abort"
+            with contextlib.suppress(Exception):
+                await reply.engine.abort(reply.request_id)
         except Exception as exc:  # Any engine failure ends this reply, never the server.
             chat_error = errors.from_engine(exc, model=conversation.model)
             message.status, message.finish_reason, message.error = (

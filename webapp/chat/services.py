@@ -150,21 +150,16 @@ def assistant_message_create(*, conversation: Conversation, model: str) -> Messa
     )
 
 
-def assistant_message_save(*, message: Message) -> None:
-    """Persist the streamed state of a reply (content, status, counts)."""
-    message.save(
-        update_fields=[
-            "content",
-            "status",
-            "finish_reason",
-            "error",
-            "model",
-            "prompt_tokens",
-            "completion_tokens",
-            "tokens_per_second",
-        ]
-    )
-    _touch(message.conversation)
+def assistant_message_save(*, message: Message) -> bool:
+    """Persist the streamed state of a reply; False when the reply (or its chat) was deleted meanwhile."""
+    fields = (
+        "content", "status", "finish_reason", "error", "model",
+        "prompt_tokens", "completion_tokens", "tokens_per_second",
+    )  # fmt: skip
+    saved = Message.objects.filter(pk=message.pk).update(**{f: getattr(message, f) for f in fields})
+    if saved:
+        _touch(message.conversation)
+    return bool(saved)
 
 
 def messages_delete(*, conversation: Conversation, message_ids: list[int]) -> None:

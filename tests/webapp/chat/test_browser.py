@@ -130,6 +130,13 @@ def test_chat_in_a_real_browser(browser: Any, server: LiveDaphne) -> None:
     assert page.locator("#messages .msg-assistant .badge", has_text="stopped").count() == 2
     assert page.locator("#conv-list .conv-item.current").count() == 1
 
+    # Search covers message content (htmx swaps the list as you type).
+    page.fill(".chat-search", "no-such-words-anywhere")
+    page.wait_for_selector("#conv-list .conv-empty")
+    page.fill(".chat-search", "dragon who loves tea")
+    page.wait_for_selector("#conv-list .conv-item.current")
+    page.fill(".chat-search", "")
+
     # Edit the first message and resend: everything after it goes, a new reply comes.
     set_max_tokens(page, 16)
     first = page.locator("#messages .msg-user").first
@@ -163,6 +170,16 @@ def test_chat_in_a_real_browser(browser: Any, server: LiveDaphne) -> None:
     page.reload()
     assert page.evaluate("document.documentElement.dataset.theme") == "dark"
     shot(page, "chat-dark.png")
+
+    # Delete asks first, then leaves for a fresh chat.
+    deleted_url = page.url
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click(".chat-menu summary")
+    page.click(".chat-menu-items .danger-link")
+    page.wait_for_url(lambda url: url != deleted_url and re.search(r"/chat/\d+/$", url) is not None)
+    assert page.locator("#messages .msg").count() == 0
+    response = page.goto(deleted_url)
+    assert response is not None and response.status == 404
     page.context.close()
 
 

@@ -300,3 +300,21 @@ async def test_edit_of_another_chats_message_is_refused(
     await bobs_message.arefresh_from_db()
     assert bobs_message.content == "private"
     await ws.disconnect()
+
+
+async def test_deleting_a_chat_mid_reply_stops_it(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
+    fake_engine.delay = 0.05
+    fake_engine.reply = " ".join(["word"] * 200)
+    ws = await connected(alice, chat.pk)
+    await ws.send_json_to({"type": "send", "content": "Long please"})
+    await receive_until(ws, lambda e: e["type"] == "upsert" and "word" in e["html"])
+    await sync_to_async(services.conversation_delete)(conversation=chat)
+    await receive_until(ws, is_idle, timeout=3.0)
+    assert fake_engine.aborted
+    assert get_generation_service().running(chat.pk) is None
+    assert await Message.objects.acount() == 0
+    await ws.send_json_to({"type": "send", "content": "still there?"})
+    assert (await ws.receive_json_from())["code"] == "not_found"
+    await ws.disconnect()

@@ -14,7 +14,7 @@ from tests.webapp.chat.fakes import FakeEngine
 from webapp.chat import services
 from webapp.chat.models import Conversation, Message
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fake_engine")]
 
 
 @pytest.fixture
@@ -88,9 +88,9 @@ def test_list_search_and_pagination(client: Client, alice: User) -> None:
     services.conversation_create(user=alice, title="empty draft")
     page1 = client.get(reverse("chat:list")).content.decode()
     assert page1.count('class="conv-item') == 30 and "chat 34" in page1 and "empty draft" not in page1
-    assert 'hx-trigger="revealed"' in page1
+    assert 'hx-trigger="intersect once"' in page1
     page2 = client.get(reverse("chat:list"), {"page": 2}).content.decode()
-    assert page2.count('class="conv-item') == 5 and "revealed" not in page2
+    assert page2.count('class="conv-item') == 5 and "intersect" not in page2
     found = client.get(reverse("chat:list"), {"q": "needle"}).content.decode()
     assert found.count('class="conv-item') == 1 and "chat 3<" in found
     by_title = client.get(reverse("chat:list"), {"q": "chat 1"}).content.decode()
