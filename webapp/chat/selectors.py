@@ -34,9 +34,33 @@ class ModelChoice:
 
 
 def chat_defaults() -> ChatDefaults:
-    overrides: dict[str, Any] = dict(getattr(settings, "MOONCAKE_CHAT_DEFAULTS", {}) or {})
-    known = {k: v for k, v in overrides.items() if k in ChatDefaults.__dataclass_fields__}
+    """Built-in defaults, then settings.MOONCAKE_CHAT_DEFAULTS, then what an admin set in the console."""
+    values: dict[str, Any] = dict(getattr(settings, "MOONCAKE_CHAT_DEFAULTS", {}) or {})
+    values.update(_console_defaults(values.get("model") or default_model_name()))
+    known = {k: v for k, v in values.items() if k in ChatDefaults.__dataclass_fields__}
     return ChatDefaults(**known)
+
+
+def _console_defaults(model: str) -> dict[str, Any]:
+    """The console's global sampling tuning, overlaid with the model's own defaults (console owns both)."""
+    from webapp.console.models import EngineSettings
+    from webapp.console.registry import model_defaults
+
+    values: dict[str, Any] = {}
+    tuning = EngineSettings.objects.order_by("pk").first()
+    if tuning is not None:
+        pairs = [
+            ("temperature", tuning.default_temperature),
+            ("top_p", tuning.default_top_p),
+            ("max_tokens", tuning.default_max_tokens),
+        ]
+        values.update({k: v for k, v in pairs if v is not None})
+    if model:
+        per_model = model_defaults(model)
+        values.update({k: v for k, v in per_model["sampling"].items() if v is not None})
+        if per_model["system_prompt"]:
+            values["system_prompt"] = per_model["system_prompt"]
+    return values
 
 
 def conversation_get(*, user: User, conversation_id: int) -> Conversation:

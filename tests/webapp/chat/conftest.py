@@ -9,8 +9,9 @@ from webapp.chat.generation import reset_generation_service
 from webapp.core.engine import set_manager
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def fake_engine() -> Iterator[FakeEngine]:
+    """Every chat test runs against the scripted engine (browser tests use the live server's real one)."""
     engine = FakeEngine()
     set_manager(FakeManager(engine))
     reset_generation_service()

@@ -64,6 +64,15 @@ def test_defaults_from_settings_seed_new_chats() -> None:
 
 
 @pytest.mark.django_db
+def test_console_defaults_win() -> None:
+    from webapp.console.models import EngineSettings
+
+    EngineSettings.objects.create(default_temperature=0.25, default_max_tokens=77)
+    chat = services.conversation_create(user=User.objects.create_user("u"))
+    assert (chat.temperature, chat.max_tokens, chat.top_p) == (0.25, 77, 1.0)
+
+
+@pytest.mark.django_db
 def test_generated_title_never_overwrites_a_rename() -> None:
     user = User.objects.create_user("u")
     chat = services.conversation_create(user=user)

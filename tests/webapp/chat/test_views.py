@@ -14,7 +14,7 @@ from tests.webapp.chat.fakes import FakeEngine
 from webapp.chat import services
 from webapp.chat.models import Conversation, Message
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fake_engine")]
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
