@@ -73,6 +73,7 @@
     socket.onclose = function () {
       root.dataset.connected = "false";
       retries = Math.min(retries + 1, 6);
+      if (retries >= 3) { showError("Connection lost; reconnecting…"); }
       setTimeout(connect, 400 * retries);
     };
   }
