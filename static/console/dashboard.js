@@ -1,0 +1,91 @@
+// Live dashboard: polls the console's samples every second and redraws uPlot charts in the theme's colours.
+(function () {
+  "use strict";
+  const root = document.getElementById("dashboard");
+  if (!root) return;
+  const url = root.dataset.url;
+  const css = () => getComputedStyle(document.documentElement);
+  const palette = () => [css().getPropertyValue("--accent").trim() || "#b5651d", css().getPropertyValue("--focus").trim() || "#2f6feb", css().getPropertyValue("--danger").trim() || "#b42318"];
+  const CHARTS = {
+    throughput: [["tokens_per_s", "generated"], ["prompt_tokens_per_s", "prompt"]],
+    queue: [["running", "running"], ["waiting", "waiting"]],
+    kv: [["kv_pct", "KV %"]],
+    ttft: [["ttft_p50", "p50"], ["ttft_p95", "p95"]],
+    itl: [["itl_p50", "p50"], ["itl_p95", "p95"]],
+    events: [["preemptions", "preemptions"], ["errors", "errors"]],
+    process: [["rss_mb", "RSS MiB"], ["cpu_percent", "CPU %"]],
+  };
+  const GPU_SERIES = [["gpu_mem_mb", "GPU MiB"], ["gpu_util", "GPU util %"]];
+  const plots = {};
+
+  function build(name, series) {
+    const el = root.querySelector(`[data-chart="${name}"]`);
+    const colours = palette();
+    const axisColour = css().getPropertyValue("--muted").trim();
+    const grid = { stroke: css().getPropertyValue("--border").trim(), width: 1 };
+    const opts = {
+      width: Math.max(300, el.clientWidth - 16),
+      height: 180,
+      series: [{}].concat(series.map(([, label], i) => ({ label, stroke: colours[i % colours.length], width: 2, spanGaps: true }))),
+      axes: [{ stroke: axisColour, grid }, { stroke: axisColour, grid, size: 60 }],
+      scales: { x: { time: true } },
+      legend: { live: false },
+    };
+    plots[name] = { plot: new uPlot(opts, [[]].concat(series.map(() => [])), el), series };
+  }
+
+  function columns(samples, series) {
+    const xs = samples.map((s) => s.t);
+    return [xs].concat(series.map(([key]) => samples.map((s) => (key === "kv_pct" ? s.kv_usage * 100 : s[key]))));
+  }
+
+  function stats(last) {
+    const fmt = { tokens_per_s: (v) => v.toFixed(1), kv_usage: (v) => (v * 100).toFixed(1) + "%", rss_mb: (v) => v.toFixed(0), cpu_percent: (v) => v.toFixed(0) };
+    for (const key of ["tokens_per_s", "running", "waiting", "kv_usage", "rss_mb", "cpu_percent"]) {
+      const el = document.getElementById("stat-" + key);
+      if (el && last[key] !== null && last[key] !== undefined) el.textContent = fmt[key] ? fmt[key](last[key]) : String(last[key]);
+    }
+  }
+
+  async function tick() {
+    try {
+      const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+      if (response.ok) {
+        const { samples } = await response.json();
+        if (samples.length) {
+          const last = samples[samples.length - 1];
+          if (last.gpu_mem_mb !== null && !plots.gpu_swapped) {
+            plots.process.plot.destroy();
+            document.getElementById("process-caption").textContent = "GPU memory (MiB) and utilisation (%)";
+            delete plots.process;
+            CHARTS.process = GPU_SERIES;
+            build("process", GPU_SERIES);
+            plots.gpu_swapped = true;
+          }
+          for (const [name, entry] of Object.entries(plots)) {
+            if (entry.plot) entry.plot.setData(columns(samples, entry.series));
+          }
+          stats(last);
+          root.dataset.samples = String(samples.length);
+          root.dataset.lastTokensPerS = String(last.tokens_per_s);
+          root.dataset.maxRunning = String(Math.max(...samples.map((s) => s.running)));
+        }
+      }
+    } catch (err) {
+      console.warn("dashboard poll failed", err);
+    }
+    setTimeout(tick, 1000);
+  }
+
+  window.addEventListener("DOMContentLoaded", () => {
+    for (const [name, series] of Object.entries(CHARTS)) build(name, series);
+    tick();
+  });
+  window.addEventListener("resize", () => {
+    for (const [name, entry] of Object.entries(plots)) {
+      if (!entry.plot) continue;
+      const el = root.querySelector(`[data-chart="${name}"]`);
+      entry.plot.setSize({ width: Math.max(300, el.clientWidth - 16), height: 180 });
+    }
+  });
+})();

@@ -1,0 +1,188 @@
+"""Console forms: every 400 the console returns is raised here (views stay thin)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from django import forms
+from django.conf import settings
+
+from webapp.console.engine_settings import ENGINE_FIELDS
+from webapp.console.models import EngineSettings, ModelRegistration
+from webapp.console.paths import ModelPathError, confine_model_path
+from webapp.core.engine import engine_config_dict
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+
+
+def _model_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise forms.ValidationError("Use letters, digits, '.', '_', ':' or '-' (at most 100 characters).")
+    return value
+
+
+class RegisterLocalForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="What API clients pass as `model`.")
+    path = forms.CharField(
+        max_length=1000, help_text="A model folder or .gguf file under one of the allowed model roots."
+    )
+    aliases = forms.CharField(required=False, help_text="Other names for it, separated by commas.")
+    keep_alive_seconds = forms.IntegerField(
+        required=False, min_value=1, help_text="Unload after this many idle seconds (empty: never)."
+    )
+
+    def clean_name(self) -> str:
+        return _model_name(self.cleaned_data["name"].strip())
+
+    def clean_path(self) -> Path:
+        try:
+            return confine_model_path(self.cleaned_data["path"])
+        except ModelPathError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean_aliases(self) -> list[str]:
+        raw = self.cleaned_data.get("aliases") or ""
+        return [_model_name(a.strip()) for a in raw.split(",") if a.strip()]
+
+
+class RegisterHubForm(forms.Form):
+    repo_id = forms.CharField(max_length=200, help_text="For example HuggingFaceTB/SmolLM2-135M-Instruct.")
+
+
+class ModelDefaultsForm(forms.Form):
+    max_model_len = forms.IntegerField(
+        required=False,
+        min_value=16,
+        help_text="Longest prompt plus reply in tokens (empty: the model's own).",
+    )
+    dtype = forms.ChoiceField(
+        choices=ModelRegistration.Dtype.choices, help_text="Weight precision; auto picks fp32 on CPU."
+    )
+    temperature = forms.FloatField(required=False, min_value=0.0, max_value=2.0, help_text="0 is greedy.")
+    top_p = forms.FloatField(required=False, min_value=0.0, max_value=1.0, help_text="Nucleus sampling mass.")
+    top_k = forms.IntegerField(
+        required=False, min_value=-1, help_text="Keep the k likeliest tokens (-1: off)."
+    )
+    max_tokens = forms.IntegerField(required=False, min_value=1, help_text="Reply length when unset.")
+    system_prompt = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="Prepended to chats."
+    )
+    keep_alive_seconds = forms.IntegerField(
+        required=False, min_value=1, help_text="Unload after this many idle seconds (empty: never)."
+    )
+
+    @classmethod
+    def for_registration(cls, row: ModelRegistration, data: Any = None) -> ModelDefaultsForm:
+        initial = {
+            "max_model_len": row.max_model_len,
+            "dtype": row.dtype,
+            "system_prompt": row.system_prompt,
+            "keep_alive_seconds": row.keep_alive_seconds,
+            **row.sampling_defaults,
+        }
+        return cls(data, initial=initial, prefix=f"m{row.pk}")
+
+    def defaults(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        sampling = {
+            k: data[k] for k in ("temperature", "top_p", "top_k", "max_tokens") if data[k] is not None
+        }
+        return {
+            "max_model_len": data["max_model_len"],
+            "dtype": data["dtype"],
+            "sampling_defaults": sampling,
+            "system_prompt": data["system_prompt"],
+            "keep_alive_seconds": data["keep_alive_seconds"],
+        }
+
+
+TUNING_HELP = {
+    "max_num_seqs": "Most sequences in one batch; more raises throughput and KV use.",
+    "max_num_batched_tokens": "Token budget of one step; bounds prefill chunk size and step latency.",
+    "kv_cache_memory_bytes": "Bytes for the paged KV cache (empty: the engine's default).",
+    "block_size": "Tokens per KV block; a power of two, 16 suits most models.",
+    "enable_chunked_prefill": "Split long prompts across steps so decodes keep flowing.",
+    "enable_prefix_caching": "Reuse KV blocks of shared prompt prefixes (system prompts, chats).",
+    "default_temperature": "Temperature when a request omits it (0 = greedy).",
+    "default_top_p": "top_p when a request omits it.",
+    "default_max_tokens": "Reply length cap when a request omits max_tokens.",
+    "drain_timeout_seconds": "How long running requests may finish before a restart or unload aborts them.",
+    "memory_budget_bytes": "Memory all loaded models may hold (empty: MOONCAKE_MEMORY_BUDGET_BYTES).",
+    "evict_lru": "When a load exceeds the budget: unload the least recently used model instead of refusing.",
+    "log_prompts": "Store prompt text in the request log (off keeps users' prompts out of the database).",
+}
+
+
+class TuningForm(forms.ModelForm[EngineSettings]):
+    class Meta:
+        model = EngineSettings
+        fields = list(TUNING_HELP)
+        help_texts = TUNING_HELP
+
+    def clean_default_temperature(self) -> float | None:
+        return _in_range(self.cleaned_data["default_temperature"], 0.0, 2.0)
+
+    def clean_default_top_p(self) -> float | None:
+        return _in_range(self.cleaned_data["default_top_p"], 0.0, 1.0, low_open=True)
+
+    def clean_block_size(self) -> int | None:
+        value = self.cleaned_data["block_size"]
+        if value is not None and (value < 1 or value & (value - 1)):
+            raise forms.ValidationError("The block size must be a power of two.")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        """Let EngineConfig judge the combination (e.g. a token budget below max_num_seqs)."""
+        from inference import EngineConfig
+
+        data = super().clean() or {}
+        values = engine_config_dict(settings.MOONCAKE)
+        values.update({k: data[k] for k in ENGINE_FIELDS if data.get(k) is not None})
+        try:
+            EngineConfig.from_dict(values)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
+def _in_range(value: float | None, low: float, high: float, *, low_open: bool = False) -> float | None:
+    if value is None:
+        return None
+    if value > high or value < low or (low_open and value == low):
+        raise forms.ValidationError(
+            f"Must be {'above' if low_open else 'at least'} {low} and at most {high}."
+        )
+    return value
+
+
+class UserCreateForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    password = forms.CharField(widget=forms.PasswordInput, help_text="Checked by the password validators.")
+    is_staff = forms.BooleanField(required=False, label="Admin (console access)")
+
+
+class LimitsForm(forms.Form):
+    requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: no limit.")
+    tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: no limit.")
+    max_concurrent_requests = forms.IntegerField(required=False, min_value=1, help_text="Concurrent streams.")
+
+
+class KeyCreateForm(forms.Form):
+    name = forms.CharField(max_length=100, required=False)
+
+
+class RequestFilterForm(forms.Form):
+    user = forms.CharField(required=False)
+    key_prefix = forms.CharField(required=False, label="Key prefix")
+    model = forms.CharField(required=False)
+    finish_reason = forms.ChoiceField(
+        required=False, choices=[("", "any"), ("stop", "stop"), ("length", "length"), ("abort", "abort")]
+    )
+    status = forms.ChoiceField(
+        required=False, choices=[("", "any"), ("ok", "ok"), ("error", "error"), ("429", "429")]
+    )
+    min_tokens = forms.IntegerField(required=False, min_value=0, label="Min completion tokens")
+    min_ttft_s = forms.FloatField(required=False, min_value=0, label="Min TTFT (s)")
+    min_duration_s = forms.FloatField(required=False, min_value=0, label="Min duration (s)")

@@ -1,0 +1,127 @@
+"""Registered models: the database rows and the process's ModelManager kept in step."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from webapp.console.engine_settings import engine_overrides, engine_settings_get, memory_budget
+from webapp.console.models import EngineSettings, ModelRegistration
+from webapp.core.engine import engine_config_dict, get_manager
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FIELDS = ("max_model_len", "dtype", "sampling_defaults", "system_prompt", "keep_alive_seconds")
+
+
+def engine_config_for(registration: ModelRegistration, tuning: EngineSettings | None = None) -> Any:
+    """mooncake.yaml's model+engine sections, then the tuning page, then this model's own settings."""
+    from inference import EngineConfig
+
+    values = engine_config_dict(settings.MOONCAKE)
+    values.pop("model_id", None)
+    values.update(engine_overrides(tuning or engine_settings_get()))
+    values["model"] = registration.source
+    values["dtype"] = registration.dtype
+    if registration.max_model_len:
+        values["max_model_len"] = registration.max_model_len
+    return EngineConfig.from_dict(values)
+
+
+def manager_register(manager: Any, registration: ModelRegistration, tuning: EngineSettings) -> None:
+    extra: dict[str, Any] = {}
+    if registration.keep_alive_seconds:
+        extra["keep_alive_seconds"] = float(registration.keep_alive_seconds)
+    manager.register(
+        registration.name,
+        engine_config_for(registration, tuning),
+        aliases=list(registration.aliases),
+        **extra,
+    )
+
+
+def sync_manager() -> Any:
+    """Make the manager and the table agree: register rows it lacks, record models it has and we lack.
+
+    Called by the console's views (cheap when nothing changed); the server should also call it once at
+    start so admin-registered models are served before anyone opens the console.
+    """
+    manager = get_manager()
+    tuning = engine_settings_get()
+    manager.memory_budget_bytes = memory_budget(tuning)
+    manager.evict_lru = tuning.evict_lru
+    settings.MOONCAKE_API_LOG_PROMPTS = tuning.log_prompts
+    known = {info.name: info for info in manager.list()}
+    rows = {row.name: row for row in ModelRegistration.objects.all()}
+    for name, row in rows.items():
+        if name not in known:
+            try:
+                manager_register(manager, row, tuning)
+            except ValueError:
+                logger.exception("Could not register %s from the console's table", name)
+    for name, info in known.items():
+        if name not in rows:
+            ModelRegistration.objects.get_or_create(
+                name=name,
+                defaults={"aliases": list(info.aliases), "source": str(info.source), "builtin": True},
+            )
+    return manager
+
+
+def registration_create(
+    *, name: str, source: str, aliases: list[str], keep_alive_seconds: int | None = None
+) -> ModelRegistration:
+    """Record and register a model (the source is already confined to the allowed roots)."""
+    manager = sync_manager()
+    taken = {n for info in manager.list() for n in (info.name, *info.aliases)}
+    clash = sorted(taken.intersection([name, *aliases]))
+    if clash:
+        raise ValueError(f"name or alias already in use: {', '.join(clash)}")
+    with transaction.atomic():
+        row = ModelRegistration.objects.create(
+            name=name, source=source, aliases=aliases, keep_alive_seconds=keep_alive_seconds
+        )
+        manager_register(manager, row, engine_settings_get())
+    return row
+
+
+def registration_delete(*, registration: ModelRegistration) -> None:
+    manager = get_manager()
+    if registration.name in {info.name for info in manager.list()}:
+        manager.unregister(registration.name)
+    registration.delete()
+
+
+def registration_snapshot(registration: ModelRegistration) -> dict[str, Any]:
+    return {"source": registration.source, "aliases": list(registration.aliases)} | {
+        name: getattr(registration, name) for name in DEFAULT_FIELDS
+    }
+
+
+def registration_update_defaults(*, registration: ModelRegistration, values: dict[str, Any]) -> bool:
+    """Save per-model defaults; True when the engine must restart (dtype, max_model_len, keep-alive)."""
+    before = registration_snapshot(registration)
+    for name in DEFAULT_FIELDS:
+        setattr(registration, name, values[name])
+    registration.save()
+    after = registration_snapshot(registration)
+    engine_keys = ("max_model_len", "dtype", "keep_alive_seconds")
+    return any(before[k] != after[k] for k in engine_keys)
+
+
+def model_defaults(name: str) -> dict[str, Any]:
+    """Sampling defaults and system prompt for a model name or alias, for the API and chat to apply."""
+    for row in ModelRegistration.objects.all():
+        if name == row.name or name in row.aliases:
+            tuning = engine_settings_get()
+            sampling = {
+                "temperature": tuning.default_temperature,
+                "top_p": tuning.default_top_p,
+                "max_tokens": tuning.default_max_tokens,
+            }
+            merged = {k: v for k, v in sampling.items() if v is not None} | dict(row.sampling_defaults)
+            return {"sampling": merged, "system_prompt": row.system_prompt}
+    return {"sampling": {}, "system_prompt": ""}

@@ -1,0 +1,101 @@
+"""Reads for the console pages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db.models import Count, Q, QuerySet
+
+from webapp.api.models import RequestLog
+from webapp.console.jobs import ProcessJob, process_jobs
+from webapp.console.models import AuditLog, ConsoleJob, ModelRegistration
+from webapp.console.registry import sync_manager
+
+PAGE_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    info: Any  # inference.ModelInfo (or the test double)
+    registration: ModelRegistration | None
+    job: ProcessJob | None
+    is_default: bool
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None or self.info.state in ("loading", "unloading")
+
+
+def model_rows() -> list[ModelRow]:
+    manager = sync_manager()
+    registrations = {row.name: row for row in ModelRegistration.objects.all()}
+    return [
+        ModelRow(
+            info=info,
+            registration=registrations.get(info.name),
+            job=process_jobs.active_for(info.name),
+            is_default=info.name == manager.default_name,
+        )
+        for info in manager.list()
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFilters:
+    user: str = ""
+    key_prefix: str = ""
+    model: str = ""
+    finish_reason: str = ""
+    status: str = ""  # "ok" (< 400), "error" (>= 400) or an exact code
+    min_tokens: int | None = None
+    min_ttft_s: float | None = None
+    min_duration_s: float | None = None
+
+
+def request_log(filters: RequestFilters) -> QuerySet[RequestLog]:
+    rows = RequestLog.objects.select_related("user", "api_key")
+    if filters.user:
+        rows = rows.filter(user__username__icontains=filters.user)
+    if filters.key_prefix:
+        rows = rows.filter(api_key__prefix__startswith=filters.key_prefix)
+    if filters.model:
+        rows = rows.filter(model__icontains=filters.model)
+    if filters.finish_reason:
+        rows = rows.filter(finish_reason=filters.finish_reason)
+    if filters.status == "ok":
+        rows = rows.filter(status_code__lt=400)
+    elif filters.status == "error":
+        rows = rows.filter(status_code__gte=400)
+    elif filters.status.isdigit():
+        rows = rows.filter(status_code=int(filters.status))
+    if filters.min_tokens is not None:
+        rows = rows.filter(completion_tokens__gte=filters.min_tokens)
+    if filters.min_ttft_s is not None:
+        rows = rows.filter(ttft_s__gte=filters.min_ttft_s)
+    if filters.min_duration_s is not None:
+        rows = rows.filter(duration_s__gte=filters.min_duration_s)
+    return rows[:PAGE_SIZE]
+
+
+def users_list() -> QuerySet[User]:
+    return User.objects.annotate(
+        active_keys=Count("api_keys", filter=Q(api_keys__revoked_at__isnull=True))
+    ).order_by("username")
+
+
+def audit_list(*, action: str = "") -> QuerySet[AuditLog]:
+    rows = AuditLog.objects.select_related("actor")
+    return (rows.filter(action__startswith=action) if action else rows)[:PAGE_SIZE]
+
+
+def console_jobs() -> QuerySet[ConsoleJob]:
+    return ConsoleJob.objects.select_related("created_by")[:PAGE_SIZE]
+
+
+def any_job_active() -> bool:
+    return (
+        any(j.is_active for j in process_jobs.list())
+        or ConsoleJob.objects.filter(state__in=[ConsoleJob.State.PENDING, ConsoleJob.State.RUNNING]).exists()
+    )

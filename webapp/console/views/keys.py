@@ -1,0 +1,59 @@
+"""A user's API keys: create (secret shown once), revoke, per-key limits."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_POST
+
+from webapp.accounts.models import ApiKey
+from webapp.accounts.services import api_key_create, api_key_revoke, api_key_set_limits
+from webapp.console.audit import audit_record
+from webapp.console.forms import KeyCreateForm, LimitsForm
+from webapp.console.views.access import staff_required
+
+
+@staff_required
+@require_POST
+def key_create(request: HttpRequest, pk: int) -> HttpResponse:
+    user = get_object_or_404(User, pk=pk)
+    form = KeyCreateForm(request.POST)
+    name = form.cleaned_data["name"] if form.is_valid() else ""
+    created = api_key_create(user=user, name=name)
+    # Through the session so a reload does not show it again: the secret is never stored in clear.
+    request.session["console_new_secret"] = created.secret
+    audit_record(
+        actor=request.user, action="key.create", target=f"{user.username}:{created.api_key.prefix}",
+        after={"name": name},
+    )  # fmt: skip
+    return redirect("console:user", pk=pk)
+
+
+@staff_required
+@require_POST
+def key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    key = get_object_or_404(ApiKey, pk=pk)
+    api_key_revoke(api_key=key)
+    audit_record(actor=request.user, action="key.revoke", target=f"{key.user.username}:{key.prefix}")
+    return redirect("console:user", pk=key.user_id)
+
+
+@staff_required
+@require_POST
+def key_limits(request: HttpRequest, pk: int) -> HttpResponse:
+    key = get_object_or_404(ApiKey, pk=pk)
+    form = LimitsForm(request.POST, prefix=f"k{key.pk}")
+    if not form.is_valid():
+        messages.error(request, "Limits must be positive whole numbers or empty.")
+        return redirect("console:user", pk=key.user_id)
+    names = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
+    before = {n: getattr(key, n) for n in names}
+    api_key_set_limits(api_key=key, **form.cleaned_data)
+    audit_record(
+        actor=request.user, action="key.limits", target=f"{key.user.username}:{key.prefix}",
+        before=before, after=form.cleaned_data,
+    )  # fmt: skip
+    messages.success(request, f"Limits saved for {key.prefix}….")
+    return redirect("console:user", pk=key.user_id)

@@ -1,0 +1,26 @@
+"""The API request log with filters."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from webapp.console.engine_settings import engine_settings_get
+from webapp.console.forms import RequestFilterForm
+from webapp.console.selectors import RequestFilters, request_log
+from webapp.console.views.access import staff_required
+
+
+@staff_required
+@require_GET
+def requests_page(request: HttpRequest) -> HttpResponse:
+    form = RequestFilterForm(request.GET or None)
+    filters = (
+        RequestFilters(**{k: v for k, v in form.cleaned_data.items() if v not in ("", None)})
+        if form.is_valid()
+        else RequestFilters()
+    )
+    template = "console/_requests_rows.html" if request.htmx else "console/requests.html"  # type: ignore[attr-defined]
+    context = {"form": form, "rows": request_log(filters), "log_prompts": engine_settings_get().log_prompts}
+    return render(request, template, context)

@@ -1,0 +1,121 @@
+"""Users: create, (de)activate, promote, reset passwords; their limits and daily usage."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from webapp.accounts.selectors import api_key_list, usage_daily_for_key, usage_daily_for_user
+from webapp.accounts.services import user_limits_set
+from webapp.console import users as user_services
+from webapp.console.audit import audit_record
+from webapp.console.forms import KeyCreateForm, LimitsForm, UserCreateForm
+from webapp.console.selectors import users_list
+from webapp.console.views.access import staff_required
+
+
+def _actor(request: HttpRequest) -> User:
+    user = request.user
+    if not isinstance(user, User):
+        raise TypeError("staff_required guarantees a signed-in user")
+    return user
+
+
+@staff_required
+@require_http_methods(["GET", "POST"])
+def users_page(request: HttpRequest) -> HttpResponse:
+    form = UserCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            user = user_services.user_create(
+                username=data["username"], password=data["password"], is_staff=data["is_staff"]
+            )
+        except (user_services.UserActionError, ValidationError) as exc:
+            form.add_error(None, exc.messages if isinstance(exc, ValidationError) else str(exc))
+        else:
+            audit_record(
+                actor=request.user, action="user.create", target=user.username,
+                after={"is_staff": user.is_staff},
+            )  # fmt: skip
+            messages.success(request, f"Created {user.username}.")
+            return redirect("console:user", pk=user.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "console/users.html", {"users": users_list(), "form": form}, status=status)
+
+
+@staff_required
+@require_GET
+def user_page(request: HttpRequest, pk: int) -> HttpResponse:
+    user = get_object_or_404(User, pk=pk)
+    limits = getattr(user, "api_limits", None)
+    keys = list(api_key_list(user=user))
+    context = {
+        "subject": user,
+        "keys": [
+            (key, LimitsForm(initial=_limits(key), prefix=f"k{key.pk}"), usage_daily_for_key(api_key=key)[:7])
+            for key in keys
+        ],
+        "limits_form": LimitsForm(initial=_limits(limits) if limits else None),
+        "key_form": KeyCreateForm(),
+        "usage": usage_daily_for_user(user=user)[:14],
+        "new_secret": request.session.pop("console_new_secret", None),
+        "new_password": request.session.pop("console_new_password", None),
+    }
+    return render(request, "console/user.html", context)
+
+
+def _limits(obj: object) -> dict[str, int | None]:
+    names = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
+    return {name: getattr(obj, name) for name in names}
+
+
+@staff_required
+@require_POST
+def user_toggle(request: HttpRequest, pk: int, field: str) -> HttpResponse:
+    if field not in ("active", "staff"):
+        raise Http404("Unknown field.")
+    user = get_object_or_404(User, pk=pk)
+    before = {"is_active": user.is_active, "is_staff": user.is_staff}
+    try:
+        if field == "active":
+            user_services.user_set_active(actor=_actor(request), user=user, active=not user.is_active)
+        else:
+            user_services.user_set_staff(actor=_actor(request), user=user, staff=not user.is_staff)
+    except user_services.UserActionError as exc:
+        messages.error(request, str(exc))
+        return redirect("console:user", pk=pk)
+    after = {"is_active": user.is_active, "is_staff": user.is_staff}
+    audit_record(actor=request.user, action=f"user.{field}", target=user.username, before=before, after=after)
+    return redirect("console:user", pk=pk)
+
+
+@staff_required
+@require_POST
+def user_reset_password(request: HttpRequest, pk: int) -> HttpResponse:
+    user = get_object_or_404(User, pk=pk)
+    request.session["console_new_password"] = user_services.user_reset_password(user=user)
+    audit_record(actor=request.user, action="user.reset_password", target=user.username)
+    return redirect("console:user", pk=pk)
+
+
+@staff_required
+@require_POST
+def user_limits(request: HttpRequest, pk: int) -> HttpResponse:
+    user = get_object_or_404(User, pk=pk)
+    form = LimitsForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Limits must be positive whole numbers or empty.")
+        return redirect("console:user", pk=pk)
+    row = getattr(user, "api_limits", None)
+    before = _limits(row) if row else None
+    user_limits_set(user=user, **form.cleaned_data)
+    audit_record(
+        actor=request.user, action="user.limits", target=user.username, before=before, after=form.cleaned_data
+    )
+    messages.success(request, "Limits saved.")
+    return redirect("console:user", pk=pk)
