@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,11 +12,15 @@ import pytest
 from django.core.handlers.asgi import ASGIHandler
 from django.test import AsyncClient
 
-from inference import EngineDeadError
+from inference import EngineDeadError, SamplingParams
 from tests.webapp.api.conftest import post_json, sse_events
 from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine
+from webapp.api.auth import Caller
 from webapp.api.models import RequestLog
+from webapp.api.services.generation import Generation
+from webapp.api.services.pipeline import RequestRun, _stream_response
+from webapp.api.services.usage import RequestRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,3 +138,27 @@ async def test_streamed_text_equals_non_streamed(client: AsyncClient) -> None:
     )
     streamed = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
     assert streamed == whole["choices"][0]["message"]["content"]
+
+
+async def test_stream_never_started_is_aborted_when_dropped(engine: FakeEngine, db: None) -> None:
+    run = RequestRun(
+        Caller(api_key=None, user_id=None, limit_checks=[]), RequestRecord(endpoint="t", stream=True)
+    )
+    deadline = asyncio.get_running_loop().time() + 10
+    generation = Generation(engine, [1, 2], SamplingParams(max_tokens=5), request_id="r1", deadline=deadline)
+    await generation.start()
+    run.generations = [generation]
+
+    async def no_events() -> AsyncIterator[dict[str, Any]]:
+        for event in ():
+            yield event
+
+    response = _stream_response(run, no_events())
+    del response  # the client left before Django sent a byte of the body
+    gc.collect()
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if run.closed and engine.aborted:
+            break
+    assert engine.aborted == ["r1"] and not engine.running
+    assert run.record.status_code == 499

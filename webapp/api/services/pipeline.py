@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -73,6 +74,10 @@ class RequestRun:
         self.generations: list[Generation] = []
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def close(self, *, status: int | None = None, error: str = "") -> None:
         if self._closed:
             return
@@ -128,6 +133,26 @@ async def run_generation(
     return _stream_response(run, renderer.events(job, run.generations))
 
 
+_background: set[asyncio.Task[None]] = set()
+
+
+async def _abandon(run: RequestRun) -> None:
+    if run.closed:
+        return
+    await asyncio.gather(*(g.close() for g in run.generations), return_exceptions=True)
+    await run.close(status=499, error="client disconnected before the stream started")
+
+
+def _abandon_later(loop: asyncio.AbstractEventLoop, run: RequestRun) -> None:
+    def start() -> None:
+        task = loop.create_task(_abandon(run))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    if not run.closed and not loop.is_closed():
+        loop.call_soon_threadsafe(start)
+
+
 def _stream_response(run: RequestRun, events: AsyncIterator[dict[str, Any]]) -> StreamingHttpResponse:
     async def body() -> AsyncIterator[bytes]:
         status, error = 200, ""
@@ -143,6 +168,9 @@ def _stream_response(run: RequestRun, events: AsyncIterator[dict[str, Any]]) -> 
             await asyncio.shield(run.close(status=status, error=error))
 
     response = StreamingHttpResponse(body(), content_type="text/event-stream")
+    # A client gone before the first byte leaves body() never started, so its finally never runs:
+    # when the response is collected, abort the engine requests and free the limiter slot instead.
+    weakref.finalize(response, _abandon_later, asyncio.get_running_loop(), run)
     response["Cache-Control"] = "no-cache"
     # Tell reverse proxies (nginx in docker/) not to buffer the stream.
     response["X-Accel-Buffering"] = "no"
