@@ -5,6 +5,7 @@ Set MOONCAKE_SCREENSHOTS=1 to (re)write the screenshots in docs/screenshots/.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -209,4 +210,51 @@ def test_phone_sized_viewport(browser: Any, server: LiveDaphne) -> None:
     assert page.locator("#chat-sidebar").is_visible()
     assert page.locator("#conv-list .conv-item").count() >= 1
     shot(page, "chat-mobile-sidebar.png")
+    page.context.close()
+
+
+IMPORTED = {
+    "format": "mooncake.chat",
+    "version": 1,
+    "title": "Imported markdown showcase",
+    "messages": [
+        {"role": "user", "content": "Show me a Python function and a table. <b>not bold</b>"},
+        {
+            "role": "assistant",
+            "content": (
+                "Here is **Markdown** from the model:\n\n```python\ndef greet(name: str) -> str:\n"
+                '    return f"Hello, {name}!"\n```\n\n| Planet | Moons |\n|---|---:|\n| Earth | 1 |\n'
+                "| Mars | 2 |\n\n<script>window.__pwned = 1</script> stays text."
+            ),
+            "completion_tokens": 64,
+            "prompt_tokens": 20,
+            "tokens_per_second": 30.5,
+            "finish_reason": "stop",
+        },
+    ],
+}
+
+
+def test_import_renders_markdown_safely_with_copy_buttons(
+    browser: Any, server: LiveDaphne, tmp_path: Path
+) -> None:
+    export = tmp_path / "chat.json"
+    export.write_text(json.dumps(IMPORTED), encoding="utf-8")
+    page = log_in(browser, server, viewport={"width": 1280, "height": 800})
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.click(".chat-import summary")
+    page.set_input_files(".chat-import input[type=file]", str(export))
+    page.click(".chat-import [type=submit]")
+    page.wait_for_selector("#messages .code-block")
+    assert page.input_value("#title-input") == "Imported markdown showcase"
+    reply = page.locator("#messages .msg-assistant")
+    assert reply.locator("strong").inner_text() == "Markdown"
+    assert reply.locator("table tr").count() == 3
+    assert "<script>window.__pwned = 1</script> stays text." in reply.inner_text()
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#messages .msg-user b").count() == 0
+    page.click(".copy-btn")
+    page.wait_for_selector(".copy-btn:text('Copied')")
+    assert page.evaluate("navigator.clipboard.readText()").startswith("def greet(name: str)")
+    shot(page, "chat-markdown.png")
     page.context.close()
