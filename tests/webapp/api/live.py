@@ -12,10 +12,11 @@ from openai import OpenAI
 
 from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
 
-# Small queue and batch so a flood reaches 503 quickly; a short context keeps long-prompt cases cheap.
+# A queue that holds the 20-stream cancellation storm but overflows under a flood of 96 requests;
+# a short context keeps the long-prompt cases cheap.
 SERVER_CONFIG = {
     "model": {"max_model_len": 2048},
-    "engine": {"max_num_seqs": 16, "max_queue_len": 8, "kv_cache_memory_bytes": 512 * 2**20},
+    "engine": {"max_num_seqs": 16, "max_queue_len": 32, "kv_cache_memory_bytes": 512 * 2**20},
 }
 MODEL = "SmolLM2-135M-Instruct"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ import pytest
 from openai import OpenAI
 
 from tests.conftest import LiveDaphne
-from tests.webapp.api.live import MODEL, create_key, metric
+from tests.webapp.api.live import MODEL, SERVER_CONFIG, create_key, metric
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +70,7 @@ def test_stop_sequences(oai: Any) -> None:
 
 def test_seed_reproducible(oai: Any) -> None:
     def sample() -> str:
-        r = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=1.0, seed=1234)
+        r = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, temperature=1.0, seed=1234)
         return r.choices[0].text
 
     assert sample() == sample()
@@ -155,7 +156,7 @@ def test_sse_framing_and_include_usage(api_server: LiveDaphne, api_key: str) -> 
 
 def test_concurrent_identical_greedy(oai: Any) -> None:
     with ThreadPoolExecutor(8) as pool:
-        texts = list(pool.map(lambda _: greedy_chat(oai, max_tokens=6).choices[0].message.content, range(8)))
+        texts = list(pool.map(lambda _: greedy_chat(oai, max_tokens=4).choices[0].message.content, range(8)))
     assert len(set(texts)) == 1 and texts[0]
 
 
@@ -173,7 +174,7 @@ def test_json_schema_output_validates(oai: Any) -> None:
     response = oai.chat.completions.create(
         model=MODEL,
         temperature=0,
-        max_tokens=40,
+        max_tokens=30,
         messages=[{"role": "user", "content": "Describe a person as JSON."}],
         response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}},
     )
@@ -181,7 +182,7 @@ def test_json_schema_output_validates(oai: Any) -> None:
     assert choice.finish_reason == "stop", choice
     assert jsonschema_rs.validator_for(schema).is_valid(json.loads(choice.message.content))
     anything = oai.chat.completions.create(
-        model=MODEL, temperature=0, max_tokens=40, messages=HI, response_format={"type": "json_object"}
+        model=MODEL, temperature=0, max_tokens=10, messages=HI, response_format={"type": "json_object"}
     )
     if anything.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(anything.choices[0].message.content), dict)
@@ -255,7 +256,7 @@ def test_required_tool_choice(oai: Any) -> None:
     "kwargs",
     [
         {"prompt": "hello " * 2100},  # longer than max_model_len
-        {"prompt": "hello", "max_tokens": 2047},  # prompt + max_tokens over it
+        {"prompt": "hello", "max_tokens": 2048},  # prompt + max_tokens over it
         {"prompt": ""},
         {"prompt": [10**7]},  # out-of-vocabulary id
         {"prompt": "hi", "stream_options": {"include_usage": True}},  # without stream
@@ -308,18 +309,33 @@ def test_rate_limit_is_429(api_server: LiveDaphne) -> None:
 
 
 async def test_queue_full_is_503(api_server: LiveDaphne, api_key: str) -> None:
-    """More concurrent requests than running slots plus queue: the overflow gets 503 + Retry-After."""
-    body = {"model": MODEL, "prompt": "word " * 200, "max_tokens": 4, "temperature": 0}
+    """All running slots held by streams, then more requests than the queue holds: the overflow is 503."""
     headers = {"Authorization": f"Bearer {api_key}"}
-    limits = httpx.Limits(max_connections=64)
-    async with httpx.AsyncClient(
-        base_url=api_server.url, timeout=180, limits=limits, headers=headers
-    ) as client:
-        responses = await asyncio.gather(*(client.post("/v1/completions", json=body) for _ in range(40)))
+    hold = {"model": MODEL, "messages": HI, "max_tokens": 1000, "stream": True, "temperature": 0.7}
+    quick = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
+    slots, queue = SERVER_CONFIG["engine"]["max_num_seqs"], SERVER_CONFIG["engine"]["max_queue_len"]
+    limits = httpx.Limits(max_connections=256)
+    async with (
+        httpx.AsyncClient(base_url=api_server.url, timeout=180, limits=limits, headers=headers) as client,
+        contextlib.AsyncExitStack() as holders,
+    ):
+
+        async def hold_slot() -> None:
+            response = await holders.enter_async_context(
+                client.stream("POST", "/v1/chat/completions", json=hold)
+            )
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and '"content":""' not in line and '"content":' in line:
+                    return
+
+        await asyncio.gather(*(hold_slot() for _ in range(slots)))
+        responses = await asyncio.gather(
+            *(client.post("/v1/completions", json=quick) for _ in range(queue + 8))
+        )
     codes = [r.status_code for r in responses]
     assert set(codes) <= {200, 503}, codes
     overflow = [r for r in responses if r.status_code == 503]
-    assert overflow, codes
+    assert len(overflow) >= 8, codes
     assert all(r.headers["retry-after"] and r.json()["error"]["code"] == "queue_full" for r in overflow)
 
 
