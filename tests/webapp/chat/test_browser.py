@@ -78,7 +78,7 @@ def send(page: Any, text: str) -> None:
     page.wait_for_selector("#chat[data-running=true]")
 
 
-def wait_idle(page: Any, timeout: float = 120_000) -> None:
+def wait_idle(page: Any, timeout: float = 240_000) -> None:
     page.wait_for_selector("#chat[data-running=false]", timeout=timeout)
 
 
@@ -213,6 +213,15 @@ def test_phone_sized_viewport(browser: Any, server: LiveDaphne) -> None:
     page.context.close()
 
 
+MAKE_CHATS = f"""
+from django.contrib.auth.models import User
+from webapp.chat import services
+user = User.objects.get(username={USER!r})
+for i in range(32):
+    chat = services.conversation_create(user=user)
+    services.user_message_create(conversation=chat, content=f"filler chat {{i}}")
+"""
+
 IMPORTED = {
     "format": "mooncake.chat",
     "version": 1,
@@ -240,7 +249,14 @@ def test_import_renders_markdown_safely_with_copy_buttons(
 ) -> None:
     export = tmp_path / "chat.json"
     export.write_text(json.dumps(IMPORTED), encoding="utf-8")
+    server.manage("shell", "-c", MAKE_CHATS)
     page = log_in(browser, server, viewport={"width": 1280, "height": 800})
+
+    # The sidebar loads older chats as it scrolls (htmx, 30 a page).
+    assert page.locator("#conv-list .conv-item").count() == 30
+    page.locator("#conv-list .conv-more").scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelectorAll('#conv-list .conv-item').length > 30")
+
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.click(".chat-import summary")
     page.set_input_files(".chat-import input[type=file]", str(export))
