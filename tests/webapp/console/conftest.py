@@ -1,0 +1,97 @@
+"""Console fixtures: staff and plain users, and the real ModelManager over fake engines (fast, real policy)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.test import Client
+
+from inference import EngineConfig, ModelManager
+from tests.webapp.fake_engine import FakeEngine
+from webapp.console.jobs import process_jobs
+from webapp.core.engine import peek_manager, set_manager
+
+MIB = 2**20
+
+
+class SizedFakeEngine(FakeEngine):
+    """A FakeEngine with the figures the real manager reads after a load."""
+
+    def __init__(self, config: EngineConfig, memory_bytes: int = 100 * MIB) -> None:
+        super().__init__(model_name=str(config.model), token_delay=0.0)
+        self.config = config
+        self.memory_bytes = memory_bytes
+        self.kv_capacity_tokens = 4096
+        self.model_details = {
+            "architecture": "LlamaForCausalLM",
+            "num_params": 134_515_008,
+            "dtype": config.dtype if config.dtype != "auto" else "float32",
+            "size_on_disk": 90 * MIB,
+        }
+
+
+@pytest.fixture
+def engines() -> list[SizedFakeEngine]:
+    return []
+
+
+@pytest.fixture
+def manager(engines: list[SizedFakeEngine]) -> Iterator[ModelManager]:
+    """The real ModelManager, engines faked: eviction, keep-alive and states behave as in production."""
+
+    def factory(config: EngineConfig) -> Any:
+        engine = SizedFakeEngine(config)
+        engines.append(engine)
+        return engine
+
+    previous = peek_manager()
+    manager = ModelManager(engine_factory=factory)
+    manager.register("base", EngineConfig(model="default"), aliases=["default"])
+    set_manager(manager)
+    yield manager
+    process_jobs.wait_all()
+    set_manager(previous)
+
+
+@pytest.fixture(autouse=True)
+def _restore_prompt_logging() -> Iterator[None]:
+    before = getattr(django_settings, "MOONCAKE_API_LOG_PROMPTS", False)
+    yield
+    django_settings.MOONCAKE_API_LOG_PROMPTS = before
+
+
+@pytest.fixture
+def staff(db: None) -> User:
+    return User.objects.create_user("root", password="root-password-1", is_staff=True)
+
+
+@pytest.fixture
+def plain(db: None) -> User:
+    return User.objects.create_user("pat", password="pat-password-1")
+
+
+@pytest.fixture
+def staff_client(staff: User) -> Client:
+    client = Client()
+    client.force_login(staff)
+    return client
+
+
+@pytest.fixture
+def model_root(tmp_path: Path, settings: Any) -> Path:
+    root = tmp_path / "models"
+    root.mkdir()
+    settings.MODEL_ROOTS = [root]
+    return root
+
+
+def make_hf_dir(path: Path) -> Path:
+    """A folder that passes the source check (config.json present); fake engines never read it."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}', encoding="utf-8")
+    return path

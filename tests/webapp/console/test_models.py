@@ -1,0 +1,227 @@
+"""The models page: register, load/unload with live state, default, per-model defaults, budget, keep-alive."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from inference import EngineConfig, ModelManager
+from tests.webapp.console.conftest import MIB, SizedFakeEngine, make_hf_dir
+from webapp.console.jobs import process_jobs
+from webapp.console.models import AuditLog, EngineSettings, ModelRegistration
+from webapp.core.engine import set_manager
+
+
+def register(client: Client, root: Path, name: str, **extra: Any) -> Any:
+    make_hf_dir(root / name)
+    data = {"name": name, "path": str(root / name), "aliases": "", "keep_alive_seconds": ""} | extra
+    return client.post(reverse("console:model-register"), data)
+
+
+def state(manager: ModelManager, name: str) -> str:
+    return next(i.state for i in manager.list() if i.name == name)
+
+
+def test_table_lists_the_manager_models(staff_client: Client, manager: ModelManager) -> None:
+    manager.load("base")
+    html = staff_client.get(reverse("console:models")).content.decode()
+    for text in (
+        "base",
+        "alias default",
+        "LlamaForCausalLM",
+        "134.5 M",
+        "90.0 MiB",
+        "100.0 MiB",
+        "4096",
+        "loaded",
+    ):
+        assert text in html
+    # The server's own model gets a row so its defaults can be edited too.
+    assert ModelRegistration.objects.get(name="base").builtin
+
+
+def test_register_from_disk(staff_client: Client, manager: ModelManager, model_root: Path) -> None:
+    response = register(staff_client, model_root, "tiny", aliases="small, mini", keep_alive_seconds="60")
+    assert response.status_code == 302
+    row = ModelRegistration.objects.get(name="tiny")
+    assert row.source == str((model_root / "tiny").resolve()) and row.aliases == ["small", "mini"]
+    info = next(i for i in manager.list() if i.name == "tiny")
+    assert info.aliases == ["small", "mini"] and info.keep_alive_seconds == 60
+    entry = AuditLog.objects.get(action="model.register")
+    assert entry.target == "tiny" and entry.actor is not None and entry.after["aliases"] == ["small", "mini"]
+
+
+def test_register_refuses_escapes_and_clashes(
+    staff_client: Client, manager: ModelManager, model_root: Path, tmp_path: Path
+) -> None:
+    make_hf_dir(tmp_path / "elsewhere")
+    (model_root / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    for path in ("../elsewhere", str(tmp_path / "elsewhere"), "link"):
+        data = {"name": "x", "path": path}
+        response = staff_client.post(reverse("console:model-register"), data)
+        assert response.status_code == 400
+        assert "outside the allowed model roots" in response.content.decode()
+    assert not ModelRegistration.objects.filter(name="x").exists()
+    assert register(staff_client, model_root, "base").status_code == 302  # name clash: message, no row
+    assert ModelRegistration.objects.filter(name="base", builtin=True).count() == 1
+    assert not AuditLog.objects.filter(action="model.register").exists()
+
+
+def test_load_unload_default_with_live_state(
+    staff_client: Client, manager: ModelManager, model_root: Path, engines: list[SizedFakeEngine]
+) -> None:
+    register(staff_client, model_root, "tiny")
+    response = staff_client.post(reverse("console:model-load", args=["tiny"]), headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert 'id="models-live"' in response.content.decode()
+    process_jobs.wait_all()
+    assert state(manager, "tiny") == "loaded"
+    table = staff_client.get(reverse("console:models-table")).content.decode()
+    assert 'data-busy="false"' in table and 'data-state="loaded"' in table
+
+    staff_client.post(reverse("console:model-default", args=["tiny"]), headers={"HX-Request": "true"})
+    assert manager.default_name == "tiny"
+    staff_client.post(reverse("console:model-unload", args=["tiny"]), headers={"HX-Request": "true"})
+    process_jobs.wait_all()
+    assert state(manager, "tiny") == "available"
+    assert engines[-1].shutdown_calls == [30.0]  # drains for the configured timeout
+    actions = list(AuditLog.objects.order_by("id").values_list("action", flat=True))
+    assert actions == ["model.register", "model.load", "model.set_default", "model.unload"]
+
+
+def test_busy_table_polls_until_done(staff_client: Client, manager: ModelManager) -> None:
+    manager.register("slow", EngineConfig(model="x"))
+    gate = threading.Event()
+    job = process_jobs.start("load", "slow", lambda: str(gate.wait(5)))
+    html = staff_client.get(reverse("console:models-table")).content.decode()
+    assert 'hx-trigger="every 1s"' in html and 'data-busy="true"' in html
+    again = staff_client.post(reverse("console:model-load", args=["slow"]), headers={"HX-Request": "true"})
+    assert "busy with another job" in again.content.decode()
+    gate.set()
+    process_jobs.wait_all()
+    assert job.state == "succeeded"
+    assert 'hx-trigger="every 1s"' not in staff_client.get(reverse("console:models-table")).content.decode()
+
+
+def test_unknown_model_action_is_reported(staff_client: Client, manager: ModelManager) -> None:
+    response = staff_client.post(reverse("console:model-load", args=["nope"]), headers={"HX-Request": "true"})
+    assert "not a registered model" in response.content.decode()
+
+
+def test_failed_load_shows_the_error(staff_client: Client, manager: ModelManager) -> None:
+    manager._factory = lambda config: (_ for _ in ()).throw(RuntimeError("weights are corrupt"))
+    staff_client.post(reverse("console:model-load", args=["base"]), headers={"HX-Request": "true"})
+    process_jobs.wait_all()
+    html = staff_client.get(reverse("console:models-table")).content.decode()
+    assert 'data-state="failed"' in html and "weights are corrupt" in html
+
+
+def test_memory_budget_evicts_lru_or_refuses(
+    staff_client: Client, manager: ModelManager, model_root: Path
+) -> None:
+    register(staff_client, model_root, "tiny")
+    EngineSettings.objects.update(memory_budget_bytes=150 * MIB)
+    for name in ("base", "tiny"):
+        staff_client.post(reverse("console:model-load", args=[name]))
+        process_jobs.wait_all()
+    assert state(manager, "tiny") == "loaded" and state(manager, "base") == "available"  # evicted
+
+    EngineSettings.objects.update(evict_lru=False)
+    staff_client.post(reverse("console:model-load", args=["base"]))
+    process_jobs.wait_all()
+    info = next(i for i in manager.list() if i.name == "base")
+    assert info.state == "failed"
+    assert f"needs {100 * MIB} bytes but only {50 * MIB}" in str(info.error)
+    assert "LRU eviction is off" in str(info.error)
+
+
+def test_keep_alive_unloads_idle_models(
+    staff_client: Client, manager: ModelManager, model_root: Path
+) -> None:
+    register(staff_client, model_root, "tiny", keep_alive_seconds="5")
+    manager.load("tiny")
+    manager.load("base")
+    assert manager.reap_idle(now=time.time() + 1) == []
+    assert manager.reap_idle(now=time.time() + 10) == ["tiny"]  # base has no keep-alive
+    assert state(manager, "tiny") == "available"
+
+
+def test_defaults_save_and_restart_when_needed(
+    staff_client: Client, manager: ModelManager, engines: list[SizedFakeEngine]
+) -> None:
+    manager.load("base")
+    staff_client.get(reverse("console:models"))
+    row = ModelRegistration.objects.get(name="base")
+    prefix = f"m{row.pk}-"
+    data = {prefix + "dtype": "auto", prefix + "temperature": "0.3", prefix + "system_prompt": "Be brief."}
+    response = staff_client.post(
+        reverse("console:model-defaults", args=[row.pk]), data, headers={"HX-Request": "true"}
+    )
+    assert "Saved base" in response.content.decode()
+    row.refresh_from_db()
+    assert row.sampling_defaults == {"temperature": 0.3} and row.system_prompt == "Be brief."
+    assert len(engines) == 1  # sampling defaults need no restart
+
+    data |= {prefix + "dtype": "float32", prefix + "max_model_len": "512"}
+    response = staff_client.post(
+        reverse("console:model-defaults", args=[row.pk]), data, headers={"HX-Request": "true"}
+    )
+    assert "restarts to apply" in response.content.decode()
+    process_jobs.wait_all()
+    assert (
+        len(engines) == 2
+        and engines[-1].config.dtype == "float32"
+        and engines[-1].config.max_model_len == 512
+    )
+    assert engines[0].shutdown_calls == [30.0]
+    assert manager.default_name == "base" and state(manager, "base") == "loaded"
+    entry = AuditLog.objects.filter(action="model.defaults").latest("id")
+    assert entry.before["dtype"] == "auto" and entry.after["dtype"] == "float32"
+
+
+def test_invalid_defaults_are_reported(staff_client: Client, manager: ModelManager) -> None:
+    staff_client.get(reverse("console:models"))
+    row = ModelRegistration.objects.get(name="base")
+    data = {f"m{row.pk}-dtype": "int3", f"m{row.pk}-temperature": "9"}
+    response = staff_client.post(
+        reverse("console:model-defaults", args=[row.pk]), data, headers={"HX-Request": "true"}
+    )
+    html = response.content.decode()
+    assert "dtype" in html and "temperature" in html
+    assert not AuditLog.objects.filter(action="model.defaults").exists()
+
+
+def test_unregister(staff_client: Client, manager: ModelManager, model_root: Path) -> None:
+    register(staff_client, model_root, "tiny")
+    row = ModelRegistration.objects.get(name="tiny")
+    staff_client.post(reverse("console:model-delete", args=[row.pk]))
+    assert "tiny" not in {i.name for i in manager.list()}
+    assert not ModelRegistration.objects.filter(name="tiny").exists()
+    assert AuditLog.objects.get(action="model.unregister").before["source"].endswith("tiny")
+
+
+def test_registrations_survive_a_new_process(
+    staff_client: Client, manager: ModelManager, model_root: Path
+) -> None:
+    register(staff_client, model_root, "tiny", aliases="small")
+    fresh = ModelManager(engine_factory=lambda config: SizedFakeEngine(config))
+    set_manager(fresh)
+    try:
+        staff_client.get(reverse("console:models"))
+        assert {i.name for i in fresh.list()} >= {"tiny"}
+        assert next(i for i in fresh.list() if i.name == "tiny").aliases == ["small"]
+    finally:
+        set_manager(manager)
+
+
+@pytest.mark.parametrize("value", ["-1", "abc"])
+def test_keep_alive_must_be_positive(
+    staff_client: Client, manager: ModelManager, model_root: Path, value: str
+) -> None:
+    assert register(staff_client, model_root, "tiny", keep_alive_seconds=value).status_code == 400
