@@ -158,7 +158,8 @@ class LLMEngine:
         all_params = params if isinstance(params, list) else [params] * len(prompts)
         if len(all_params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(all_params)} sampling params")
-        ids = [self.add_request(None, prompt, p) for prompt, p in zip(prompts, all_params, strict=True)]
+        prompt_list: list[str | list[int]] = list(prompts)
+        ids = [self.add_request(None, prompt, p) for prompt, p in zip(prompt_list, all_params, strict=True)]
         final: dict[str, RequestOutput] = {}
         while self.has_unfinished_requests():
             final.update((out.request_id, out) for out in self.step() if out.finished)

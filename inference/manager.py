@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+import builtins
 from typing import Any, Literal
 
 from inference.async_engine import AsyncEngine
@@ -178,7 +179,7 @@ class ModelManager:
         with self._lock:
             self._entries[self.resolve(name)].info.last_used = time.time()
 
-    def reap_idle(self, now: float | None = None) -> list[str]:
+    def reap_idle(self, now: float | None = None) -> builtins.list[str]:
         """Unload idle models past their keep_alive_seconds; the web layer calls this periodically."""
         now = time.time() if now is None else now
         with self._lock:

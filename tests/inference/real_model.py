@@ -1,0 +1,81 @@
+"""Helpers for the real-model engine tests: prompts, engines over the shared model, the HF oracle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from inference import EngineConfig, LLMEngine
+
+MAX_TOKENS = 24
+SYSTEM = (
+    "You are Mooncake, a concise assistant running on a small self-hosted server. Answer in one or two "
+    "sentences, be accurate, and say so when you do not know."
+)
+PLAIN = [
+    "Hi",
+    "The capital of France is",
+    "Once upon a time, in a village at the edge of a great forest, there lived an old clockmaker who "
+    "repaired every clock in the valley. His workshop smelled of oil and pine, and the ticking never "
+    "stopped, not even at night. One winter morning a stranger knocked on his door carrying",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+]
+QUESTIONS = [
+    "What is 2 + 2?",
+    "Name three colours of the rainbow.",
+    "Why is the sky blue?",
+    "Write a haiku about tea.",
+]
+
+
+def prompts(tokenizer: Any) -> list[list[int]]:
+    """Plain and chat-templated prompts; the chat ones share a system prompt longer than one block."""
+    plain = [list(tokenizer.encode(p)) for p in PLAIN]
+    chat = [chat_ids(tokenizer, q) for q in QUESTIONS]
+    return plain + chat
+
+
+def chat_ids(tokenizer: Any, question: str) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+        add_generation_prompt=True,
+        tokenize=True,
+    )
+    if not isinstance(ids, list):
+        ids = ids["input_ids"]
+    return [int(t) for t in ids]
+
+
+def make_engine(loaded: Any, **overrides: Any) -> LLMEngine:
+    """An engine over the shared fp32 CPU model; the newest one owns the model's KV binding."""
+    config: dict[str, Any] = {
+        "model": "default",
+        "dtype": "float32",
+        "device": "cpu",
+        "max_model_len": 512,
+        "kv_cache_memory_bytes": 48 << 20,
+    }
+    config.update(overrides)
+    return LLMEngine(EngineConfig(**config), loaded=loaded)
+
+
+@torch.inference_mode()
+def hf_greedy(model: Any, prompt: list[int], eos: set[int]) -> tuple[list[int], list[float]]:
+    """HF generate(do_sample=False) tokens, and the log_softmax of HF's raw logits at each chosen token."""
+    ids = torch.tensor([prompt])
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        max_new_tokens=MAX_TOKENS,
+        eos_token_id=sorted(eos),
+        pad_token_id=sorted(eos)[0],
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    tokens = out.sequences[0, len(prompt) :].tolist()
+    logprobs = [
+        torch.log_softmax(step[0].float(), -1)[t].item() for step, t in zip(out.logits, tokens, strict=False)
+    ]
+    return tokens, logprobs
