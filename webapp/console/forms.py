@@ -140,6 +140,12 @@ class TuningForm(forms.ModelForm[EngineSettings]):
         data = super().clean() or {}
         values = engine_config_dict(settings.MOONCAKE)
         values.update({k: data[k] for k in ENGINE_FIELDS if data.get(k) is not None})
+        seqs, tokens = values.get("max_num_seqs"), values.get("max_num_batched_tokens")
+        if seqs is not None and tokens is not None and int(tokens) < int(seqs):
+            raise forms.ValidationError(
+                "max_num_batched_tokens must be at least max_num_seqs: every running sequence decodes "
+                "one token per step."
+            )
         try:
             EngineConfig.from_dict(values)
         except ValueError as exc:

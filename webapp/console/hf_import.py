@@ -5,6 +5,8 @@ from __future__ import annotations
 import fnmatch
 import logging
 import re
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from django.conf import settings
@@ -16,6 +18,7 @@ from webapp.console.paths import allowed_roots
 logger = logging.getLogger(__name__)
 
 KIND = "hf_import"
+PROBE_TIMEOUT_S = 10.0
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 # Weights as safetensors plus config and tokenizer files; never pickled checkpoints.
 WANTED = ("*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.tiktoken")
@@ -65,6 +68,21 @@ def _fail(job: ConsoleJob, message: str) -> None:
     _update(job, state=ConsoleJob.State.FAILED, message=message)
 
 
+def _probe(endpoint: str | None) -> None:
+    """One request without retries: the hub client retries a refused connection for ~25 s before failing."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise ConnectionError("HF_HUB_OFFLINE is set")
+    url = (endpoint or constants.ENDPOINT).rstrip("/") + "/api/models?limit=1"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return  # the hub answered; the listing reports any real problem
+    except (OSError, ValueError) as exc:
+        raise ConnectionError(f"{url}: {exc}") from exc
+
+
 def hf_import_run(job_id: int) -> str:
     """Download the repo's safetensors, config and tokenizer files, then register the folder."""
     from huggingface_hub import HfApi, hf_hub_download
@@ -74,6 +92,7 @@ def hf_import_run(job_id: int) -> str:
     endpoint = getattr(settings, "MOONCAKE_HF_ENDPOINT", None) or None
     _update(job, state=ConsoleJob.State.RUNNING, message="listing files", progress=0.0)
     try:
+        _probe(endpoint)
         files = [
             f
             for f in HfApi(endpoint=endpoint).list_repo_files(repo_id)

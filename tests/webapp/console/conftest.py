@@ -1,4 +1,4 @@
-"""Console fixtures: staff and plain users, and the real ModelManager over fake engines (fast, real policy)."""
+"""Console fixtures: staff and plain users; the real ModelManager over fake engines (fast, real policy)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every console URL: anonymous visitors are redirected to log in, non-staff users get 403, CSRF is enforced."""
+"""Every console URL: anonymous users go to login, non-staff users get 403, CSRF is enforced."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.test import Client
@@ -54,7 +54,11 @@ def test_register_from_disk(staff_client: Client, manager: ModelManager, model_r
     info = next(i for i in manager.list() if i.name == "tiny")
     assert info.aliases == ["small", "mini"] and info.keep_alive_seconds == 60
     entry = AuditLog.objects.get(action="model.register")
-    assert entry.target == "tiny" and entry.actor is not None and entry.after["aliases"] == ["small", "mini"]
+    assert (
+        entry.target == "tiny"
+        and entry.actor is not None
+        and (entry.after or {})["aliases"] == ["small", "mini"]
+    )
 
 
 def test_register_refuses_escapes_and_clashes(
@@ -182,7 +186,7 @@ def test_defaults_save_and_restart_when_needed(
     assert engines[0].shutdown_calls == [30.0]
     assert manager.default_name == "base" and state(manager, "base") == "loaded"
     entry = AuditLog.objects.filter(action="model.defaults").latest("id")
-    assert entry.before["dtype"] == "auto" and entry.after["dtype"] == "float32"
+    assert (entry.before or {})["dtype"] == "auto" and (entry.after or {})["dtype"] == "float32"
 
 
 def test_invalid_defaults_are_reported(staff_client: Client, manager: ModelManager) -> None:
@@ -203,14 +207,14 @@ def test_unregister(staff_client: Client, manager: ModelManager, model_root: Pat
     staff_client.post(reverse("console:model-delete", args=[row.pk]))
     assert "tiny" not in {i.name for i in manager.list()}
     assert not ModelRegistration.objects.filter(name="tiny").exists()
-    assert AuditLog.objects.get(action="model.unregister").before["source"].endswith("tiny")
+    assert (AuditLog.objects.get(action="model.unregister").before or {})["source"].endswith("tiny")
 
 
 def test_registrations_survive_a_new_process(
     staff_client: Client, manager: ModelManager, model_root: Path
 ) -> None:
     register(staff_client, model_root, "tiny", aliases="small")
-    fresh = ModelManager(engine_factory=lambda config: SizedFakeEngine(config))
+    fresh = ModelManager(engine_factory=lambda config: cast(Any, SizedFakeEngine(config)))
     set_manager(fresh)
     try:
         staff_client.get(reverse("console:models"))

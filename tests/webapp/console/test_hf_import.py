@@ -1,0 +1,58 @@
+"""Importing from the Hugging Face Hub: a Celery job that fails cleanly when the hub is unreachable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from webapp.console.hf_import import HubImportError, hf_import_run, validate_repo_id
+from webapp.console.models import AuditLog, ConsoleJob, ModelRegistration
+from webapp.console.tasks import import_hf_model
+
+
+@pytest.fixture
+def offline(settings: Any, model_root: Any) -> None:
+    # Port 9 (discard) on loopback: connection refused at once, so the test never waits on DNS.
+    settings.MOONCAKE_HF_ENDPOINT = "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize("repo_id", ["", "noslash", "a/b/c", "../x/y", "a/..", "a b/c", "/abs/path"])
+def test_bad_repo_ids(repo_id: str) -> None:
+    with pytest.raises(HubImportError):
+        validate_repo_id(repo_id)
+
+
+def test_offline_import_fails_with_a_clear_message(staff_client: Client, manager: Any, offline: None) -> None:
+    response = staff_client.post(reverse("console:model-import"), {"repo_id": "HuggingFaceTB/SmolLM2-135M"})
+    assert response.status_code == 302 and response["Location"] == reverse("console:jobs")
+    job = ConsoleJob.objects.get()
+    assert job.state == ConsoleJob.State.PENDING and job.celery_id  # queued on the broker
+    assert AuditLog.objects.get(action="model.import").target == "HuggingFaceTB/SmolLM2-135M"
+
+    result = import_hf_model.apply(args=[job.pk])  # what the worker runs
+    job.refresh_from_db()
+    assert job.state == ConsoleJob.State.FAILED
+    assert "Could not reach the Hugging Face Hub" in job.message and "offline" in job.message
+    assert result.get() == job.message
+    assert not ModelRegistration.objects.filter(name="SmolLM2-135M").exists()
+    page = staff_client.get(reverse("console:jobs")).content.decode()
+    assert "Could not reach the Hugging Face Hub" in page and 'data-state="failed"' in page
+
+
+def test_hub_offline_mode_also_fails_cleanly(db: None, model_root: Any, monkeypatch: Any) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    job = ConsoleJob.objects.create(kind="hf_import", target="org/model")
+    message = hf_import_run(job.pk)
+    job.refresh_from_db()
+    assert job.state == ConsoleJob.State.FAILED and job.message == message
+    assert "Could not reach the Hugging Face Hub" in message
+
+
+def test_invalid_repo_id_is_refused_before_queueing(staff_client: Client, manager: Any) -> None:
+    staff_client.post(reverse("console:model-import"), {"repo_id": "../../etc"})
+    assert not ConsoleJob.objects.exists()
