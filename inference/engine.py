@@ -7,8 +7,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
 from inference.errors import PromptTooLongError, QueueFullError
@@ -228,25 +226,11 @@ class LLMEngine:
                 child = seq.fork(index)
                 request.track(child)
                 self.scheduler.add_running_fork(seq, child)
-        status = self._check_stop(request, seq, token_id)
+        status = request.check_stop(
+            seq, token_id, eos_token_ids=self.eos_token_ids, max_model_len=self.max_model_len
+        )
         if status is not None:
             self.scheduler.finish_requests([seq], status)
-
-    def _check_stop(self, request: Request, seq: Sequence, token_id: int) -> SequenceStatus | None:
-        params = seq.params
-        may_stop = seq.num_output_tokens >= params.min_tokens
-        if may_stop and not params.ignore_eos and token_id in self.eos_token_ids:
-            return SequenceStatus.FINISHED_STOPPED  # the EOS token's text is not part of the output
-        if may_stop and token_id in params.stop_token_ids:
-            seq.stop_reason = token_id
-            return SequenceStatus.FINISHED_STOPPED
-        stop = request.detokenizer(seq).add_token(token_id, check_stop=may_stop)
-        if stop is not None:
-            seq.stop_reason = stop
-            return SequenceStatus.FINISHED_STOPPED
-        if seq.num_output_tokens >= seq.max_tokens or len(seq) >= self.max_model_len:
-            return SequenceStatus.FINISHED_LENGTH
-        return None
 
     def _collect_prompt_logprobs(self, scheduled: SchedulerOutput, logits: StepLogits) -> None:
         for i, (seq, chunk) in enumerate(zip(scheduled.seqs, scheduled.chunks, strict=True)):
@@ -271,9 +255,3 @@ class LLMEngine:
             self.metrics.on_finished(seq.status.finish_reason or "abort")
         self._requests.pop(request.request_id, None)
         return request.make_output()
-
-
-def free_torch_memory() -> None:
-    """Return cached allocator memory after an engine is dropped (matters on CUDA only)."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()

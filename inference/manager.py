@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import builtins
 import gc
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-import builtins
 from typing import Any, Literal
+
+import torch
 
 from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
-from inference.engine import free_torch_memory
 from inference.errors import InsufficientMemoryError, NoModelLoadedError, UnknownModelError
 
 ModelState = Literal["available", "loading", "loaded", "unloading", "failed"]
@@ -228,6 +229,12 @@ class ModelManager:
                     + ("" if self.evict_lru else " (LRU eviction is off)")
                 )
             self.unload(candidates[0].info.name)
+
+
+def free_torch_memory() -> None:
+    """Return cached allocator memory after an engine is dropped (matters on CUDA only)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _is_idle(engine: Any) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 from inference.detokenizer import IncrementalDetokenizer
 from inference.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
 from inference.sampling_params import SamplingParams
-from inference.sequence import Sequence
+from inference.sequence import Sequence, SequenceStatus
 
 
 class Request:
@@ -67,8 +67,24 @@ class Request:
         )
         self._sent_tokens[seq.index] = 0
 
-    def detokenizer(self, seq: Sequence) -> IncrementalDetokenizer:
-        return self._detok[seq.index]
+    def check_stop(
+        self, seq: Sequence, token_id: int, *, eos_token_ids: set[int], max_model_len: int
+    ) -> SequenceStatus | None:
+        """Detokenize seq's new token and say whether (and how) it finished; sets stop_reason."""
+        params = seq.params
+        may_stop = seq.num_output_tokens >= params.min_tokens
+        if may_stop and not params.ignore_eos and token_id in eos_token_ids:
+            return SequenceStatus.FINISHED_STOPPED  # the EOS token's text is not part of the output
+        if may_stop and token_id in params.stop_token_ids:
+            seq.stop_reason = token_id
+            return SequenceStatus.FINISHED_STOPPED
+        stop = self._detok[seq.index].add_token(token_id, check_stop=may_stop)
+        if stop is not None:
+            seq.stop_reason = stop
+            return SequenceStatus.FINISHED_STOPPED
+        if seq.num_output_tokens >= seq.max_tokens or len(seq) >= max_model_len:
+            return SequenceStatus.FINISHED_LENGTH
+        return None
 
     def make_output(self) -> RequestOutput:
         """A RequestOutput with deltas since the previous call; marks what it reports as sent."""

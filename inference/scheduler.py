@@ -88,8 +88,8 @@ class Scheduler:
 
     def _make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
         """Preempt from the tail until seq can grow; False if seq itself had to go."""
-        scheduled = set(map(id, out.seqs))
         while not self.block_manager.can_append(seq, num_new):
+            scheduled = set(map(id, out.seqs))
             victims = [s for s in self.running if id(s) not in scheduled and s is not seq]
             victim = victims[-1] if victims else seq
             self._preempt(victim, out)
