@@ -1,0 +1,118 @@
+"""The request log's filters and prompt privacy; the dashboard's samples; the jobs and audit pages."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from inference import ModelManager, SamplingParams
+from tests.webapp.console.conftest import SizedFakeEngine
+from webapp.api.models import RequestLog
+from webapp.console import dashboard
+from webapp.console.models import EngineSettings
+
+
+@pytest.fixture
+def log_rows(plain: User, staff: User) -> None:
+    common = {"endpoint": "/v1/chat/completions", "duration_s": 0.5, "prompt_text": "SECRET PROMPT"}
+    RequestLog.objects.create(user=plain, model="smol", status_code=200, completion_tokens=40, ttft_s=0.2,
+                              finish_reason="stop", **common)  # fmt: skip
+    RequestLog.objects.create(user=staff, model="other", status_code=429, error="rate limited", **common)
+    RequestLog.objects.create(user=plain, model="smol", status_code=200, completion_tokens=5, ttft_s=1.5,
+                              finish_reason="length", **common)  # fmt: skip
+
+
+def rows(client: Client, **params: str) -> int:
+    html = client.get(reverse("console:requests"), params, headers={"HX-Request": "true"}).content.decode()
+    return html.count("<tr class=")
+
+
+@pytest.mark.parametrize(
+    ("params", "count"),
+    [
+        ({}, 3),
+        ({"user": "pat"}, 2),
+        ({"model": "other"}, 1),
+        ({"status": "error"}, 1),
+        ({"status": "429"}, 1),
+        ({"status": "ok"}, 2),
+        ({"finish_reason": "length"}, 1),
+        ({"min_tokens": "10"}, 1),
+        ({"min_ttft_s": "1"}, 1),
+        ({"min_duration_s": "1"}, 0),
+        ({"user": "pat", "finish_reason": "stop"}, 1),
+    ],
+)
+def test_filters(staff_client: Client, log_rows: None, params: dict[str, str], count: int) -> None:
+    assert rows(staff_client, **params) == count
+
+
+def test_prompt_text_only_when_enabled(staff_client: Client, log_rows: None) -> None:
+    page = staff_client.get(reverse("console:requests")).content.decode()
+    assert "SECRET PROMPT" not in page and "Prompt text is not stored" in page
+    EngineSettings.objects.update(log_prompts=True)
+    assert "SECRET PROMPT" in staff_client.get(reverse("console:requests")).content.decode()
+
+
+async def _generate(engine: SizedFakeEngine, n: int) -> None:
+    for _ in range(n):
+        async for _output in await engine.generate("hi", SamplingParams(max_tokens=4)):
+            pass
+
+
+def test_dashboard_samples(staff_client: Client, manager: ModelManager, monkeypatch: Any) -> None:
+    monkeypatch.setattr(dashboard, "sampler", dashboard.Sampler())
+    monkeypatch.setattr("webapp.console.views.dashboard.sampler", dashboard.sampler)
+    engine = manager.load("base")
+    first = staff_client.get(reverse("console:dashboard-data")).json()["samples"]
+    assert len(first) == 1 and first[0]["tokens_per_s"] == 0.0 and first[0]["rss_mb"] > 10
+    asyncio.run(_generate(engine, 3))  # type: ignore[arg-type]
+    RequestLog.objects.create(endpoint="/v1/completions", status_code=503, duration_s=0.1)
+    time.sleep(dashboard.MIN_INTERVAL)
+    samples = staff_client.get(reverse("console:dashboard-data")).json()["samples"]
+    last = samples[-1]
+    assert len(samples) == 2
+    assert last["tokens_per_s"] > 0 and last["ttft_p50"] is not None and last["errors"] == 1
+    for key in (
+        "running",
+        "waiting",
+        "kv_usage",
+        "ttft_p95",
+        "itl_p50",
+        "itl_p95",
+        "preemptions",
+        "cpu_percent",
+    ):
+        assert key in last
+    # Polls closer together than MIN_INTERVAL share the latest sample.
+    assert len(staff_client.get(reverse("console:dashboard-data")).json()["samples"]) == 2
+
+
+def test_dashboard_page_loads_vendored_uplot(staff_client: Client, manager: ModelManager) -> None:
+    html = staff_client.get(reverse("console:dashboard")).content.decode()
+    assert "console/vendor/uPlot.iife.min.js" in html and 'data-chart="ttft"' in html
+    assert reverse("console:dashboard-data") in html
+
+
+def test_quantiles() -> None:
+    assert dashboard._quantile([], 0.5) is None
+    assert dashboard._quantile([2.0], 0.95) == 2.0
+    values = [float(i) for i in range(1, 101)]
+    assert dashboard._quantile(values, 0.5) == pytest.approx(50.5, abs=0.6)
+    assert dashboard._quantile(values, 0.95) == pytest.approx(95, abs=1)
+
+
+def test_audit_page_filters(staff_client: Client, manager: ModelManager) -> None:
+    staff_client.post(reverse("console:model-default", args=["base"]))
+    page = staff_client.get(reverse("console:audit"), {"action": "model."}).content.decode()
+    assert "model.set_default" in page and "root" in page
+    assert (
+        "model.set_default"
+        not in staff_client.get(reverse("console:audit"), {"action": "user."}).content.decode()
+    )
