@@ -93,7 +93,7 @@ def set_max_tokens(page: Any, value: int) -> None:
 def test_chat_in_a_real_browser(browser: Any, server: LiveDaphne) -> None:
     page = log_in(browser, server, viewport={"width": 1280, "height": 800})
     shot(page, "chat-empty.png")
-    set_max_tokens(page, 48)
+    set_max_tokens(page, 32)
 
     # Send with Enter; the reply streams in visibly growing steps and ends with its stats.
     page.evaluate(WATCH_GROWTH)
@@ -196,7 +196,7 @@ def test_phone_sized_viewport(browser: Any, server: LiveDaphne) -> None:
     # No stored choice: the theme follows the system setting, dark here.
     assert page.evaluate("document.documentElement.dataset.theme") == "auto"
     assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(21, 23, 26)"
-    set_max_tokens(page, 24)
+    set_max_tokens(page, 12)
     send(page, "Say hello in French.")
     wait_idle(page)
     width = page.evaluate("document.documentElement.scrollWidth")
