@@ -9,21 +9,17 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis.generation import GenerationMode
 
 from tests.conftest import LiveDaphne
 
 # Generation work per case: a few tokens and at most two choices (the fields' validity is untouched).
 MAX_TOKENS = 2
 MAX_N = 2
-
-
-@pytest.fixture(scope="session")
-def live_schema(api_server: LiveDaphne) -> Any:
-    return schemathesis.openapi.from_url(api_server.url + "/v1/openapi.json")
-
-
-schema = schemathesis.pytest.from_fixture("live_schema")
+# Examples per operation and generation mode: six operations, valid and invalid inputs.
+EXAMPLES = 5
 
 
 def clamp(body: Any) -> None:
@@ -43,12 +39,36 @@ def clamp(body: Any) -> None:
         body["prompt"] = prompt[:2]
 
 
+def check_operation(operation: Any, mode: GenerationMode, base_url: str, headers: dict[str, str]) -> None:
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+        suppress_health_check=list(HealthCheck), phases=[Phase.generate],
+    )  # fmt: skip
+    def no_server_error(case: Any) -> None:
+        clamp(case.body)
+        response = case.call(base_url=base_url, headers=headers, timeout=120)
+        assert response.status_code < 500, (case.method, case.path, case.body, response.text[:500])
+        if response.status_code >= 400:
+            assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+    try:
+        no_server_error()
+    except Unsatisfiable:
+        # GET /v1/models and /v1/models/{id} take no body: there is no invalid input to make.
+        if mode is not GenerationMode.NEGATIVE or operation.method.upper() != "GET":
+            raise
+
+
 @pytest.mark.slow
-@schema.parametrize()
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_no_generated_input_is_a_server_error(case: Any, api_server: LiveDaphne, api_key: str) -> None:
-    clamp(case.body)
-    response = case.call(base_url=api_server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=120)
-    assert response.status_code < 500, (case.method, case.path, case.body, response.text[:500])
-    if response.status_code >= 400:
-        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["valid", "invalid"])
+def test_no_generated_input_is_a_server_error(
+    api_server: LiveDaphne, api_key: str, mode: GenerationMode
+) -> None:
+    schema = schemathesis.openapi.from_url(api_server.url + "/v1/openapi.json")
+    headers = {"Authorization": f"Bearer {api_key}"}
+    results: list[Any] = list(schema.get_all_operations())
+    operations = [result.ok() for result in results]  # raises if the served schema does not parse
+    assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/completions", "/tokenize"}
+    for operation in operations:
+        check_operation(operation, mode, api_server.url, headers)
