@@ -20,7 +20,7 @@ def too_long(num_tokens: int, limit: int) -> ChatError:
     )
 
 
-def from_engine(exc: BaseException, *, model: str) -> ChatError:
+def from_engine(exc: BaseException, *, model: str, loading: bool = False) -> ChatError:
     """Map an engine exception to the sentence the user sees."""
     # Imported here so URL loading (manage.py, Celery) does not pull in torch.
     from inference import (
@@ -33,6 +33,8 @@ def from_engine(exc: BaseException, *, model: str) -> ChatError:
 
     if isinstance(exc, PromptTooLongError):
         return ChatError("context_too_long", f"This conversation is too long for the model: {exc}")
+    if isinstance(exc, NoModelLoadedError) and loading:
+        return ChatError("model_loading", "The model is still loading. Try again in a moment.")
     if isinstance(exc, NoModelLoadedError):
         return ChatError("no_model", "No model is loaded. An administrator can load one in the console.")
     if isinstance(exc, UnknownModelError):

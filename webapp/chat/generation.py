@@ -159,7 +159,8 @@ class GenerationService:
         try:
             return await get_engine(conversation.model or None)
         except EngineError as exc:
-            raise errors.from_engine(exc, model=conversation.model) from exc
+            loading = await asyncio.to_thread(selectors.model_is_loading, conversation.model)
+            raise errors.from_engine(exc, model=conversation.model, loading=loading) from exc
 
     def _check_prompt(self, engine: Any, messages: list[dict[str, str]]) -> list[int]:
         prompt_ids: list[int] = list(engine.apply_chat_template(messages))

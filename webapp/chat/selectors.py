@@ -130,3 +130,9 @@ def default_model_name() -> str:
         return get_manager().default_name or ""
     except Exception:
         return ""
+
+
+def model_is_loading(model: str) -> bool:
+    """Whether `model` ("" = the default) is being loaded right now."""
+    name = model or default_model_name()
+    return any(choice.state == "loading" and choice.name == name for choice in available_models())

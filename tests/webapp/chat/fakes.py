@@ -62,6 +62,7 @@ class FakeEngine:
 class FakeManager:
     engine: FakeEngine
     loaded: bool = True
+    loading: bool = False
     default_name: str = "fake-model"
 
     def get(self, name: str | None = None) -> FakeEngine:
@@ -74,4 +75,5 @@ class FakeManager:
         return self.engine
 
     def list(self) -> list[Any]:
-        return [SimpleNamespace(name=self.engine.model_name, state="loaded" if self.loaded else "available")]
+        state = "loaded" if self.loaded else "loading" if self.loading else "available"
+        return [SimpleNamespace(name=self.engine.model_name, state=state)]

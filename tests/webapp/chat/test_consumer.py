@@ -183,6 +183,7 @@ async def test_edit_truncates_and_resends(fake_engine: FakeEngine, alice: User, 
     [
         ("too_long", "context_too_long"),
         ("no_model", "no_model"),
+        ("loading", "model_loading"),
         ("unknown_model", "unknown_model"),
     ],
 )
@@ -191,8 +192,8 @@ async def test_errors_before_saving_keep_history_clean(
 ) -> None:
     if setup == "too_long":
         fake_manager.engine.max_model_len = 20
-    elif setup == "no_model":
-        fake_manager.loaded = False
+    elif setup in ("no_model", "loading"):
+        fake_manager.loaded, fake_manager.loading = False, setup == "loading"
     else:
         chat.model = "gone"
         await chat.asave()
