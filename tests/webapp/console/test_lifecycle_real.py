@@ -1,4 +1,4 @@
-"""The real default model through the console: register twice, load, generate, evict under a budget, refuse."""
+"""The real default model via the console: register twice, load, generate, evict under a budget, refuse."""
 
 from __future__ import annotations
 
