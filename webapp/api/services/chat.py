@@ -13,7 +13,7 @@ from webapp.api.services.generation import Generation, merged, run_to_end, timed
 from webapp.api.services.grammar import GrammarLogitsProcessor, json_schema_grammar, ll_tokenizer
 from webapp.api.services.logprobs import chat_logprobs
 from webapp.api.services.pipeline import Job, usage_of
-from webapp.api.services.prompts import check_prompt, render_chat
+from webapp.api.services.prompts import check_prompt, message_text, render_chat
 from webapp.api.services.sampling import LogitsProcessor, build_params
 from webapp.api.services.tools import ToolPlan, call_dict, new_call_id, parse_calls, tool_plan
 
@@ -58,7 +58,7 @@ def prepare_chat(engine: Any, body: ChatCompletionRequest) -> Job:
         params=params,
         stream=body.stream,
         include_usage=include_usage,
-        prompt_text=str(last_user.content) if last_user and last_user.content is not None else "",
+        prompt_text=message_text(last_user) if last_user else "",
         extra={"plan": plan, "logprobs": body.logprobs, "top": top},
     )
 

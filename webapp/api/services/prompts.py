@@ -11,7 +11,7 @@ from webapp.api.services.engine_access import vocab_size
 from webapp.api.services.tools import tools_system_prompt
 
 
-def _text_of(message: ChatMessage) -> str:
+def message_text(message: ChatMessage) -> str:
     content = message.content
     if content is None:
         return ""
@@ -46,7 +46,7 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "system" if message.role == "developer" else message.role
-        text = _text_of(message)
+        text = message_text(message)
         if message.tool_calls:
             text = "\n".join(t for t in (text, _tool_call_text(message)) if t)
         entry: dict[str, Any] = {"role": role, "content": text}
