@@ -118,6 +118,10 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
     config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False)
     config.architectures = [GGUF_ARCHITECTURES[arch]]
     tensors = _dequantized_tensors(reader, arch, config.num_attention_heads, config.num_key_value_heads)
+    # transformers' GGUF config mapping misses some keys (qwen3 attention.key_length, sometimes vocab_size);
+    # the tensor shapes are the ground truth.
+    config.head_dim = tensors["model.layers.0.self_attn.q_proj.weight"].shape[0] // config.num_attention_heads
+    config.vocab_size = tensors["model.embed_tokens.weight"].shape[0]
     if "lm_head.weight" not in tensors:
         config.tie_word_embeddings = True  # llama.cpp drops output.weight when it equals the embedding
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})

@@ -1,0 +1,132 @@
+"""GGUF conversion for each supported architecture, on tiny synthetic GGUF files.
+
+The tokenizer metadata is copied from the bundled SmolLM2 GGUF; the weights are random F32. Converted
+weights must equal what transformers' own GGUF loader produces (which knows llama.cpp's Q/K permutation),
+and our model loaded straight from the .gguf must match HF's model loaded from the converted directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from inference.loader import default_gguf_path, load_model
+from inference.model_io import ScheduledChunk
+from inference.model_runner import ModelRunner
+
+pytestmark = pytest.mark.slow
+
+HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 128, 2
+
+
+def write_tiny_gguf(path: Path, arch: str, *, qkv_bias: bool, qk_norm: bool, tied: bool) -> None:
+    from gguf import GGUFReader, GGUFWriter
+
+    source = GGUFReader(default_gguf_path())
+
+    def meta(key: str) -> object:
+        field = source.get_field(key)
+        if field is None:
+            raise KeyError(key)
+        return field.contents()
+
+    tokens = meta("tokenizer.ggml.tokens")
+    head_dim = HIDDEN // HEADS
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(LAYERS)
+    w.add_context_length(256)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model(str(meta("tokenizer.ggml.model")))
+    w.add_tokenizer_pre(str(meta("tokenizer.ggml.pre")))
+    w.add_token_list(tokens)  # type: ignore[arg-type]
+    w.add_token_types(meta("tokenizer.ggml.token_type"))  # type: ignore[arg-type]
+    w.add_token_merges(meta("tokenizer.ggml.merges"))  # type: ignore[arg-type]
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template(str(meta("tokenizer.chat_template")))
+    rng = np.random.default_rng(0)
+
+    def tensor(name: str, *shape: int) -> None:
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+
+    tensor("token_embd.weight", len(tokens), HIDDEN)  # type: ignore[arg-type]
+    tensor("output_norm.weight", HIDDEN)
+    if not tied:
+        tensor("output.weight", len(tokens), HIDDEN)  # type: ignore[arg-type]
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        tensor(p + "attn_norm.weight", HIDDEN)
+        tensor(p + "ffn_norm.weight", HIDDEN)
+        tensor(p + "attn_q.weight", HEADS * head_dim, HIDDEN)
+        tensor(p + "attn_k.weight", KV_HEADS * head_dim, HIDDEN)
+        tensor(p + "attn_v.weight", KV_HEADS * head_dim, HIDDEN)
+        if qkv_bias:
+            tensor(p + "attn_q.bias", HEADS * head_dim)
+            tensor(p + "attn_k.bias", KV_HEADS * head_dim)
+            tensor(p + "attn_v.bias", KV_HEADS * head_dim)
+        if qk_norm:
+            tensor(p + "attn_q_norm.weight", head_dim)
+            tensor(p + "attn_k_norm.weight", head_dim)
+        tensor(p + "attn_output.weight", HIDDEN, HEADS * head_dim)
+        tensor(p + "ffn_gate.weight", FFN, HIDDEN)
+        tensor(p + "ffn_up.weight", FFN, HIDDEN)
+        tensor(p + "ffn_down.weight", HIDDEN, FFN)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize(
+    ("arch", "expected", "options"),
+    [
+        ("llama", "LlamaForCausalLM", {"qkv_bias": False, "qk_norm": False, "tied": True}),
+        ("qwen2", "Qwen2ForCausalLM", {"qkv_bias": True, "qk_norm": False, "tied": True}),
+        ("qwen3", "Qwen3ForCausalLM", {"qkv_bias": False, "qk_norm": True, "tied": False}),
+    ],
+)
+def test_tiny_gguf_converts_like_transformers(
+    tmp_path: Path, arch: str, expected: str, options: dict[str, bool]
+) -> None:
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    gguf_path = tmp_path / f"tiny-{arch}.gguf"
+    write_tiny_gguf(gguf_path, arch, **options)
+    loaded = load_model(str(gguf_path), dtype="float32", device="cpu", cache_dir=tmp_path / "cache")
+    assert loaded.architecture == expected
+    assert json.loads((loaded.model_dir / "config.json").read_text())["head_dim"] == HIDDEN // HEADS
+
+    reference = AutoModelForCausalLM.from_pretrained(loaded.model_dir, dtype=torch.float32).eval()
+    theirs = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=reference)["tensors"]
+    ours = load_file(str(loaded.model_dir / "model.safetensors"))
+    assert set(ours) == set(theirs)
+    for name, value in ours.items():
+        assert torch.equal(value, theirs[name].to(value.dtype)), name
+
+    ids = loaded.tokenizer.encode("A tiny model still needs correct rotary layouts.")
+    runner = ModelRunner(
+        loaded,
+        block_size=16,
+        max_num_seqs=2,
+        max_num_batched_tokens=64,
+        max_model_len=None,
+        kv_cache_memory_bytes=1 << 20,
+        gpu_memory_utilization=0.9,
+    )
+    out = runner.execute([ScheduledChunk(ids, 0, len(ids), [0, 1], return_all_logits=True)])
+    with torch.no_grad():
+        expected_logits = reference(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(out.all_positions[0], expected_logits, atol=1e-4, rtol=0)
