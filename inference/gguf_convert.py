@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -124,6 +125,11 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
     config.vocab_size = tensors["model.embed_tokens.weight"].shape[0]
     if "lm_head.weight" not in tensors:
         config.tie_word_embeddings = True  # llama.cpp drops output.weight when it equals the embedding
+    rope_freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    if rope_freqs is not None:
+        config.rope_parameters = _llama3_rope_from_factors(
+            dict(getattr(config, "rope_parameters", None) or {}), config.head_dim, np.asarray(rope_freqs.data)
+        )
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(
@@ -154,6 +160,32 @@ def _dequantized_tensors(reader: object, arch: str, n_heads: int, n_kv_heads: in
         # Copy: F32/F16 data are read-only views of the memory-mapped file.
         out[name] = torch.from_numpy(np.array(data, order="C", copy=True))
     return out
+
+
+def _llama3_rope_from_factors(rope: dict[str, Any], head_dim: int, factors: np.ndarray) -> dict[str, Any]:
+    """llama.cpp stores Llama 3.x rope scaling only as per-frequency divisors (rope_freqs); transformers
+    ignores them. Every Llama 3.x release uses low 1 / high 4 / original 8192, so rebuild those parameters
+    and check they reproduce the stored divisors exactly rather than guess silently."""
+    from inference.models.rotary import inverse_frequencies
+
+    rope = {**rope, "rope_type": "default"}
+    rope.setdefault("rope_theta", 10000.0)
+    base = inverse_frequencies(head_dim, rope)
+    rope.update(
+        rope_type="llama3",
+        factor=float(factors.max()),
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=8192,
+    )
+    expected = base / torch.from_numpy(factors.astype(np.float32).reshape(-1))
+    if expected.shape != base.shape or not torch.allclose(
+        inverse_frequencies(head_dim, rope), expected, rtol=1e-4
+    ):
+        raise ValueError(
+            "GGUF rope_freqs do not match Llama 3 rope scaling; this rope variant is not supported"
+        )
+    return rope
 
 
 def _hf_name(gguf_name: str) -> str | None:

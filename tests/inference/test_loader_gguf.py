@@ -8,6 +8,7 @@ and our model loaded straight from the .gguf must match HF's model loaded from t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.slow
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 128, 2
 
 
-def write_tiny_gguf(path: Path, arch: str, *, qkv_bias: bool, qk_norm: bool, tied: bool) -> None:
+def write_tiny_gguf(
+    path: Path, arch: str, *, qkv_bias: bool, qk_norm: bool, tied: bool, rope_freqs: np.ndarray | None = None
+) -> None:
     from gguf import GGUFReader, GGUFWriter
 
     source = GGUFReader(default_gguf_path())
@@ -62,6 +65,8 @@ def write_tiny_gguf(path: Path, arch: str, *, qkv_bias: bool, qk_norm: bool, tie
 
     tensor("token_embd.weight", len(tokens), HIDDEN)  # type: ignore[arg-type]
     tensor("output_norm.weight", HIDDEN)
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     if not tied:
         tensor("output.weight", len(tokens), HIDDEN)  # type: ignore[arg-type]
     for i in range(LAYERS):
@@ -104,7 +109,9 @@ def test_tiny_gguf_converts_like_transformers(
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     gguf_path = tmp_path / f"tiny-{arch}.gguf"
-    write_tiny_gguf(gguf_path, arch, **options)
+    write_tiny_gguf(
+        gguf_path, arch, qkv_bias=options["qkv_bias"], qk_norm=options["qk_norm"], tied=options["tied"]
+    )
     loaded = load_model(str(gguf_path), dtype="float32", device="cpu", cache_dir=tmp_path / "cache")
     assert loaded.architecture == expected
     assert json.loads((loaded.model_dir / "config.json").read_text())["head_dim"] == HIDDEN // HEADS
@@ -130,3 +137,58 @@ def test_tiny_gguf_converts_like_transformers(
     with torch.no_grad():
         expected_logits = reference(torch.tensor([ids])).logits[0]
     torch.testing.assert_close(out.all_positions[0], expected_logits, atol=1e-4, rtol=0)
+
+
+def llama_cpp_rope_factors(head_dim: int, factor: float) -> np.ndarray:
+    """What llama.cpp's convert_hf_to_gguf writes as rope_freqs for a Llama 3.x rope_scaling block."""
+    freqs = 1.0 / (10000.0 ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    old_len, low, high = 8192, 1.0, 4.0
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_len / high:
+            out.append(1.0)
+        elif wavelen > old_len / low:
+            out.append(factor)
+        else:
+            smooth = (old_len / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def test_llama3_rope_freqs_become_llama3_rope_parameters(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    gguf_path = tmp_path / "tiny-llama3.gguf"
+    factors = llama_cpp_rope_factors(HIDDEN // HEADS, 32.0)
+    # Kept, scaled and smoothly interpolated frequencies are all present at this head_dim.
+    assert factors.min() == 1.0 and factors.max() == 32.0 and ((factors > 1) & (factors < 32)).any()
+    write_tiny_gguf(gguf_path, "llama", qkv_bias=False, qk_norm=False, tied=True, rope_freqs=factors)
+    loaded = load_model(str(gguf_path), dtype="float32", device="cpu", cache_dir=tmp_path / "cache")
+    rope = json.loads((loaded.model_dir / "config.json").read_text())["rope_parameters"]
+    assert rope["rope_type"] == "llama3" and rope["factor"] == 32.0
+    assert rope["original_max_position_embeddings"] == 8192
+
+    reference = AutoModelForCausalLM.from_pretrained(loaded.model_dir, dtype=torch.float32).eval()
+    ids = list(range(3, 203))  # long enough for every frequency band to matter
+    runner = ModelRunner(
+        loaded,
+        block_size=16,
+        max_num_seqs=2,
+        max_num_batched_tokens=256,
+        max_model_len=None,
+        kv_cache_memory_bytes=1 << 20,
+        gpu_memory_utilization=0.9,
+    )
+    out = runner.execute([ScheduledChunk(ids, 0, len(ids), list(range(13)), return_all_logits=True)])
+    with torch.no_grad():
+        expected_logits = reference(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(out.all_positions[0], expected_logits, atol=1e-4, rtol=0)
+
+
+def test_unknown_rope_freqs_are_refused(tmp_path: Path) -> None:
+    gguf_path = tmp_path / "tiny-odd-rope.gguf"
+    odd = np.linspace(1.0, 3.0, HIDDEN // HEADS // 2, dtype=np.float32)
+    write_tiny_gguf(gguf_path, "llama", qkv_bias=False, qk_norm=False, tied=True, rope_freqs=odd)
+    with pytest.raises(ValueError, match="rope_freqs"):
+        load_model(str(gguf_path), dtype="float32", device="cpu", cache_dir=tmp_path / "cache")
