@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import sys
+import types
 
 import pytest
 import torch
 
-from inference.attention import BatchLayout, select_backend
+from inference.attention import AttentionBackend, BatchLayout, select_backend
 from inference.attention.torch_backend import TorchAttentionBackend
 
 BLOCK, HEADS, KV_HEADS, DIM = 4, 4, 2, 8
@@ -24,18 +26,69 @@ def reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torc
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
 
 
-@pytest.mark.parametrize(
-    "spans",
-    [
-        [(0, 9)],  # whole prompt
-        [(5, 1), (9, 1), (2, 1)],  # decode-only batch, different lengths
-        [(6, 5), (0, 7), (12, 1)],  # chunk after cached tokens, fresh prompt, decode
-    ],
-)
-def test_torch_backend_matches_reference(spans: list[tuple[int, int]]) -> None:
+def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """Stand-in flash-attn kernel: bottom-right causal, GQA, as the flash-attn docstrings specify."""
+    assert abs(scale - DIM**-0.5) < 1e-12
+    return reference(q, keys, values)
+
+
+def fake_flash_attn() -> types.ModuleType:
+    """A CPU flash_attn module with the real call signatures, to test our plumbing (dtypes, layouts)."""
+
+    def varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, softmax_scale, causal, block_table=None):
+        assert causal and cu_q.dtype == cu_k.dtype == torch.int32
+        outs = []
+        for i in range(len(cu_q) - 1):
+            n = int(cu_k[i + 1] - cu_k[i])
+            if block_table is None:
+                ki, vi = k[cu_k[i] : cu_k[i + 1]], v[cu_k[i] : cu_k[i + 1]]
+            else:
+                assert block_table.dtype == torch.int32 and k.shape[1] % 256 == 0
+                ki = k[block_table[i].long()].flatten(0, 1)[:n]
+                vi = v[block_table[i].long()].flatten(0, 1)[:n]
+            qi = q[cu_q[i] : cu_q[i + 1]]
+            assert len(qi) <= max_q and n <= max_k
+            outs.append(attend(qi, ki, vi, softmax_scale))
+        return torch.cat(outs)
+
+    def with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table, softmax_scale, causal):
+        assert causal and q.dim() == 4 and q.shape[1] == 1 and cache_seqlens.dtype == torch.int32
+        assert block_table.dtype == torch.int32 and k_cache.shape[1] % 256 == 0
+        rows = []
+        for b in range(q.shape[0]):
+            n = int(cache_seqlens[b])
+            ki = k_cache[block_table[b].long()].flatten(0, 1)[:n]
+            vi = v_cache[block_table[b].long()].flatten(0, 1)[:n]
+            rows.append(attend(q[b], ki, vi, softmax_scale))
+        return torch.stack(rows)
+
+    module = types.ModuleType("flash_attn")
+    module.flash_attn_varlen_func = varlen  # type: ignore[attr-defined]
+    module.flash_attn_with_kvcache = with_kvcache  # type: ignore[attr-defined]
+    return module
+
+
+SPANS = [
+    [(0, 9)],  # whole prompt
+    [(5, 1), (9, 1), (2, 1)],  # decode-only batch, different lengths
+    [(6, 5), (0, 7), (12, 1)],  # chunk after cached tokens, fresh prompt, decode
+]
+
+
+@pytest.mark.parametrize("spans", SPANS)
+@pytest.mark.parametrize(("backend_name", "block"), [("torch", 4), ("flash", 4), ("flash", 256)])
+def test_backend_matches_reference(
+    monkeypatch: pytest.MonkeyPatch, spans: list[tuple[int, int]], backend_name: str, block: int
+) -> None:
+    backend: AttentionBackend = TorchAttentionBackend()
+    if backend_name == "flash":
+        monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn())
+        from inference.attention.flash_backend import FlashAttentionBackend
+
+        backend = FlashAttentionBackend(block)
     gen = torch.Generator().manual_seed(0)
     num_blocks = 32
-    k_cache = torch.zeros(num_blocks, BLOCK, KV_HEADS, DIM)
+    k_cache = torch.zeros(num_blocks, block, KV_HEADS, DIM)
     v_cache = torch.zeros_like(k_cache)
     full_k = [torch.randn(s + n, KV_HEADS, DIM, generator=gen) for s, n in spans]
     full_v = [torch.randn(s + n, KV_HEADS, DIM, generator=gen) for s, n in spans]
@@ -43,7 +96,7 @@ def test_torch_backend_matches_reference(spans: list[tuple[int, int]]) -> None:
     perm = torch.randperm(num_blocks, generator=gen).tolist()
     tables = [perm[i * 5 : i * 5 + 5] for i in range(len(spans))]
     slot = [
-        [t[p // BLOCK] * BLOCK + p % BLOCK for p in range(len(k))]
+        [t[p // block] * block + p % block for p in range(len(k))]
         for t, k in zip(tables, full_k, strict=True)
     ]
     for (start, _), slots, k, v in zip(spans, slot, full_k, full_v, strict=True):
@@ -55,10 +108,9 @@ def test_torch_backend_matches_reference(spans: list[tuple[int, int]]) -> None:
         context_lens=[s + n for s, n in spans],
         block_tables=tables,
         slot_mapping=torch.tensor([x for (s, _), sl in zip(spans, slot, strict=True) for x in sl[s:]]),
-        block_size=BLOCK,
+        block_size=block,
         device=torch.device("cpu"),
     )
-    backend = TorchAttentionBackend()
     out = backend.forward(
         torch.cat(qs),
         torch.cat([k[s:] for (s, _), k in zip(spans, full_k, strict=True)]),
@@ -78,8 +130,6 @@ def test_selection_on_cpu_is_torch() -> None:
 
 
 def test_missing_flash_attn_falls_back_on_auto(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
     monkeypatch.setitem(sys.modules, "flash_attn", None)  # makes `import flash_attn` raise ImportError
     cuda = torch.device("cuda")
     assert select_backend("auto", device=cuda, dtype=torch.bfloat16, block_size=16).name == "torch"
