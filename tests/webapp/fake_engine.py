@@ -24,6 +24,7 @@ from inference import (
     EngineDeadError,
     EngineHealth,
     EngineStats,
+    Histogram,
     NoModelLoadedError,
     PromptTooLongError,
     QueueFullError,
@@ -34,6 +35,8 @@ from inference import (
 
 _PIECE = re.compile(r"\s*\S+\s*|\s+")
 EOS_TOKEN_ID = 0
+HISTOGRAM_BUCKETS = (0.01, 0.1, 1.0, 10.0, float("inf"))
+HISTOGRAM_NAMES = ("ttft", "itl", "e2e_latency", "queue_time")
 
 
 class FakeTokenizer:
@@ -99,7 +102,10 @@ class FakeEngine:
         self.finished: list[str] = []
         self.running: set[str] = set()
         self.shutdown_calls: list[float] = []
-        self._stats = EngineStats(kv_capacity_tokens=max_model_len * 4)
+        self._stats = EngineStats(
+            kv_capacity_tokens=max_model_len * 4,
+            histograms={k: Histogram(HISTOGRAM_BUCKETS) for k in HISTOGRAM_NAMES},
+        )
 
     # ---- contract surface -------------------------------------------------------------------------
     def apply_chat_template(
@@ -177,6 +183,7 @@ class FakeEngine:
         self.running.add(request_id)
         self._stats.prompt_tokens_total += len(prompt_ids)
         started = time.monotonic()
+        first_token_at: float | None = None
         finished_cleanly = False
         try:
             for step, token in enumerate(script_ids):
@@ -190,6 +197,10 @@ class FakeEngine:
                     outputs.append(self._completion(index, ids, new, finish, stop))
                     done = done and finish is not None
                 self._stats.generation_tokens_total += params.n
+                if first_token_at is None:
+                    first_token_at = time.monotonic()
+                    self._observe("queue_time", 0.0)
+                    self._observe("ttft", first_token_at - started)
                 yield RequestOutput(
                     request_id=request_id,
                     prompt=prompt if isinstance(prompt, str) else None,
@@ -202,13 +213,19 @@ class FakeEngine:
                     finished_cleanly = True
                     reason = outputs[0].finish_reason or "stop"
                     self._stats.finished_by_reason[reason] = self._stats.finished_by_reason.get(reason, 0) + 1
-                    self._stats.ttft_samples.append(time.monotonic() - started)
+                    self._observe("e2e_latency", time.monotonic() - started)
                     self.finished.append(request_id)
                     return
         finally:
             if not finished_cleanly and request_id in self.running:
                 self.aborted.append(request_id)
             self.running.discard(request_id)
+
+    def _observe(self, name: str, seconds: float) -> None:
+        self._stats.histograms[name].observe(seconds)
+        samples = {"ttft": self._stats.ttft_samples, "e2e_latency": self._stats.e2e_latency_samples}
+        if name in samples:
+            samples[name].append(seconds)
 
     def _next(
         self, ids: list[int], token: int, params: SamplingParams, step: int, limit: int
