@@ -166,6 +166,12 @@ class ModelRunner:
             other_usage_bytes=other,
         )
 
+    def release(self) -> None:
+        """Unbind the KV cache from the model so its memory is freed even while the model object lives on."""
+        empty = (torch.empty(0), torch.empty(0))
+        self.model.bind_kv_cache(self.backend, [empty] * self.model.args.num_layers)
+        self.num_blocks = 0
+
     @torch.inference_mode()
     def execute(self, chunks: list[ScheduledChunk]) -> StepLogits:
         """One forward over every chunk; float32 logits at each chunk's last position (all on request)."""

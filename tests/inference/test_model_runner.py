@@ -124,3 +124,13 @@ def test_return_all_logits(tiny: LoadedModel) -> None:
     )
     assert out.last.shape == (2, 512) and set(out.all_positions) == {0}
     assert out.all_positions[0].shape == (3, 512) and out.all_positions[0].dtype == torch.float32
+
+
+def test_release_unbinds_the_cache(tiny: LoadedModel) -> None:
+    r = runner(tiny)
+    attn = r.model.decoder_layers()[0].self_attn.attn
+    assert attn.k_cache.shape == (128, 16, 2, 16)
+    r.release()
+    assert attn.k_cache.numel() == 0 and attn.v_cache.numel() == 0
+    with pytest.raises(ValueError, match="block ids"):
+        r.execute([ScheduledChunk([1], 0, 1, [0])])
