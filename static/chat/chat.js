@@ -56,13 +56,18 @@
       const item = fragment(ev.html);
       sidebar.prepend(item);
       if (window.htmx) { window.htmx.process(item); }  // Its delete button is an htmx element.
+      setTitle(item.querySelector(".conv-title").textContent);
     } else if (ev.type === "title") {
-      const field = document.getElementById("title-input");
-      if (field && document.activeElement !== field) { field.value = ev.title; }
-      const item = document.querySelector("#conv-" + root.dataset.conversationId + " .conv-title");
-      if (item) { item.textContent = ev.title; }
-      document.title = ev.title + " · Mooncake";
+      setTitle(ev.title);
     }
+  }
+
+  function setTitle(text) {
+    const field = document.getElementById("title-input");
+    if (field && document.activeElement !== field) { field.value = text; }
+    const item = document.querySelector("#conv-" + root.dataset.conversationId + " .conv-title");
+    if (item) { item.textContent = text; }
+    document.title = text + " · Mooncake";
   }
 
   function connect() {

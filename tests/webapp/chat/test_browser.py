@@ -101,6 +101,7 @@ def test_chat_in_a_real_browser(browser: Any, server: LiveDaphne) -> None:
     page.wait_for_selector("#messages .msg-user >> text=three facts about the moon")
     assert page.input_value("#composer-input") == ""
     assert page.locator("#conv-list .conv-item.current").count() == 1  # The new chat joined the list.
+    assert page.input_value("#title-input") != "New chat"  # Provisional title now, the model's soon.
     wait_idle(page)
     lengths = [n for n in page.evaluate("window.__lengths") if n > 0]
     assert len(set(lengths)) >= 2, lengths
