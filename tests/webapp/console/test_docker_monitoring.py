@@ -1,4 +1,4 @@
-"""docker/grafana-dashboard.json and docker/prometheus.yml: valid, and every metric they chart is on /metrics."""
+"""docker/grafana-dashboard.json and docker/prometheus.yml: valid; every metric they chart is on /metrics."""
 
 from __future__ import annotations
 
