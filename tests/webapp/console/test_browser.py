@@ -7,6 +7,7 @@ then watch the metrics dashboard move while a small, bounded load generator runs
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -46,6 +47,14 @@ def browser() -> Iterator[Any]:
 def server(daphne_server: LiveDaphne) -> LiveDaphne:
     daphne_server.create_user(USER, PASSWORD, staff=True)
     return daphne_server
+
+
+def shot(page: Any, name: str) -> None:
+    """MOONCAKE_CONSOLE_SCREENSHOTS=<dir> saves what the browser saw (for reviewing the look)."""
+    folder = os.environ.get("MOONCAKE_CONSOLE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / name), full_page=True)
 
 
 def log_in(browser: Any, server: LiveDaphne) -> Any:
@@ -89,6 +98,7 @@ def test_unload_reload_and_live_dashboard(browser: Any, server: LiveDaphne) -> N
     page.wait_for_selector(f"tr[data-model='{model}'][data-state=loaded]", timeout=180_000)
     page.wait_for_selector("#models-live[data-busy=false]", timeout=10_000)
     assert server.get("/health")[0] == 200
+    shot(page, "console-models.png")
 
     # The dashboard: seven uPlot charts, refreshed every second, moving while requests run.
     page.goto(server.url + "/console/metrics/")
@@ -105,6 +115,7 @@ def test_unload_reload_and_live_dashboard(browser: Any, server: LiveDaphne) -> N
             timeout=120_000,
         )
         assert float(page.inner_text("#stat-tokens_per_s")) > 0
+        shot(page, "console-dashboard.png")
     finally:
         for worker in workers:
             worker.join(timeout=180)
@@ -113,3 +124,9 @@ def test_unload_reload_and_live_dashboard(browser: Any, server: LiveDaphne) -> N
     page.wait_for_timeout(2_500)
     assert int(page.evaluate("document.getElementById('dashboard').dataset.samples")) > samples_before
     assert page.inner_text("#stat-rss_mb") != "\u2013"  # the placeholder dash
+    for path, name in (
+        ("/console/tuning/", "console-tuning.png"),
+        ("/console/requests/", "console-requests.png"),
+    ):
+        page.goto(server.url + path)
+        shot(page, name)
