@@ -46,6 +46,7 @@ _LAYER_NAMES = {
 # Only llama.cpp's llama converter permutes Q/K rows (into its interleaved rotary layout); qwen2/3 are as is.
 _PERMUTED_ARCHS = {"llama"}
 _HASH_MEMO = "hash-memo.json"
+FP32_MAX_ELEMENTS = 1_500_000_000  # above this many weights, dequantize to 16-bit instead of fp32
 
 conversion_count = 0  # how many conversions this process ran; lets tests prove a cache hit
 
@@ -139,17 +140,20 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
     (out_dir / "mooncake-source.json").write_text(json.dumps({"gguf": gguf_path.name, "architecture": arch}))
 
 
-def _dequantized_tensors(reader: object, arch: str, n_heads: int, n_kv_heads: int) -> dict[str, torch.Tensor]:
+def _dequantized_tensors(reader: Any, arch: str, n_heads: int, n_kv_heads: int) -> dict[str, torch.Tensor]:
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
     keep_types = {GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32}
+    num_elements = sum(int(np.prod(t.shape)) for t in reader.tensors)
+    # Small models dequantize to fp32, bit-exact to the GGUF values (the CPU fp32 oracle depends on it);
+    # large ones to 16 bits (what llama.cpp's GPU kernels compute with), or a 4 GB Q4 file would cache 28 GB.
+    narrow = None if num_elements <= FP32_MAX_ELEMENTS else torch.float16
     out: dict[str, torch.Tensor] = {}
-    for tensor in reader.tensors:  # type: ignore[attr-defined]
+    for tensor in reader.tensors:
         name = _hf_name(tensor.name)
         if name is None:
             continue  # e.g. rope_freqs: derived from config.rope_parameters instead
-        # Quantized blocks dequantize to fp32; exact for Q4/Q8 scales, which keeps GGUF semantics bit for bit.
         kept = keep_types.get(tensor.tensor_type)
         if kept is not None:
             data = np.asarray(tensor.data, dtype=kept).reshape([int(d) for d in reversed(tensor.shape)])
@@ -158,7 +162,11 @@ def _dequantized_tensors(reader: object, arch: str, n_heads: int, n_kv_heads: in
         if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
             data = _unpermute(data, n_heads if "q_proj" in name else n_kv_heads)
         # Copy: F32/F16 data are read-only views of the memory-mapped file.
-        out[name] = torch.from_numpy(np.array(data, order="C", copy=True))
+        value = torch.from_numpy(np.array(data, order="C", copy=True))
+        if narrow is not None and kept is None:
+            # bf16 sources stay bf16 (exact); other dequantized blocks fit fp16's range and precision.
+            value = value.to(torch.bfloat16 if tensor.tensor_type == GGMLQuantizationType.BF16 else narrow)
+        out[name] = value
     return out
 
 

@@ -25,7 +25,14 @@ HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 128, 2
 
 
 def write_tiny_gguf(
-    path: Path, arch: str, *, qkv_bias: bool, qk_norm: bool, tied: bool, rope_freqs: np.ndarray | None = None
+    path: Path,
+    arch: str,
+    *,
+    qkv_bias: bool,
+    qk_norm: bool,
+    tied: bool,
+    rope_freqs: np.ndarray | None = None,
+    quantize: bool = False,
 ) -> None:
     from gguf import GGUFReader, GGUFWriter
 
@@ -61,7 +68,16 @@ def write_tiny_gguf(
     rng = np.random.default_rng(0)
 
     def tensor(name: str, *shape: int) -> None:
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+        value = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        if quantize and len(shape) == 2:
+            from gguf import GGMLQuantizationType
+            from gguf.quants import quantize as quantize_blocks
+
+            w.add_tensor(
+                name, quantize_blocks(value, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0
+            )
+        else:
+            w.add_tensor(name, value)
 
     tensor("token_embd.weight", len(tokens), HIDDEN)  # type: ignore[arg-type]
     tensor("output_norm.weight", HIDDEN)
@@ -192,3 +208,28 @@ def test_unknown_rope_freqs_are_refused(tmp_path: Path) -> None:
     write_tiny_gguf(gguf_path, "llama", qkv_bias=False, qk_norm=False, tied=True, rope_freqs=odd)
     with pytest.raises(ValueError, match="rope_freqs"):
         load_model(str(gguf_path), dtype="float32", device="cpu", cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_quantized_weights_dequantize_to_fp32_or_fp16_by_model_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from inference import gguf_convert
+
+    if large:
+        monkeypatch.setattr(gguf_convert, "FP32_MAX_ELEMENTS", 0)
+    gguf_path = tmp_path / "tiny-q8.gguf"
+    write_tiny_gguf(gguf_path, "llama", qkv_bias=False, qk_norm=False, tied=True, quantize=True)
+    model_dir = gguf_convert.ensure_converted(gguf_path, tmp_path / "cache")
+    ours = load_file(str(model_dir / "model.safetensors"))
+    reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    theirs = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=reference)["tensors"]
+    q_proj = "model.layers.0.self_attn.q_proj.weight"
+    assert ours[q_proj].dtype == (torch.float16 if large else torch.float32)
+    assert ours["model.norm.weight"].dtype == torch.float32  # unquantized tensors keep their type
+    for name, value in ours.items():
+        assert torch.equal(value, theirs[name].to(value.dtype)), name
