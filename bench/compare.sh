@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Mooncake vs `transformers serve --continuous-batching` on the same model, CPU, float32, one after the other.
+#
+#   bench/compare.sh            (or: make bench)
+#
+# Loads (bench/serve.py, streaming chat, greedy):
+#   (a) 32 requests, concurrency 16, max_tokens 128
+#   (b)  4 requests, concurrency 1,  max_tokens 64
+#   (c) 64 requests, a shared 400-token system prompt, concurrency 16, max_tokens 32
+# Prints a table of each figure with the ratio ours/peer and each server's peak RSS (VmHWM).
+# Results land in bench/results/<timestamp>/ (gitignored). Both servers listen on 127.0.0.1 only.
+#
+# Environment knobs: BENCH_KV_BYTES (KV cache of each server, default 768 MiB), BENCH_ONLY=ours|peer,
+# BENCH_LOADS="a b c", BENCH_LOAD_TIMEOUT (seconds per load, default 420), PYTHON (the project's venv python),
+# BENCH_SMOKE=1 (each load cut to 2 requests of 4 tokens: checks the plumbing, measures nothing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+PEER_VENV=$ROOT/bench/.peer-venv
+TORCH_CPU="torch==2.13.0"
+KV_BYTES=${BENCH_KV_BYTES:-805306368}
+LOADS=${BENCH_LOADS:-a b c}
+LOAD_TIMEOUT=${BENCH_LOAD_TIMEOUT:-420}
+OUT=${BENCH_OUT:-$ROOT/bench/results/$(date -u +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+export MOONCAKE_CACHE_DIR=${MOONCAKE_CACHE_DIR:-$ROOT/var/cache}
+
+log() { printf '[bench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+free_port() {
+    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Peak RSS (VmHWM, KiB) of a process plus its descendants, read while they still run.
+peak_rss_kib() {
+    local pid=$1 total=0 hwm child
+    hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    total=$((total + ${hwm:-0}))
+    for child in $(pgrep -P "$pid" 2>/dev/null || true); do
+        total=$((total + $(peak_rss_kib "$child")))
+    done
+    echo "$total"
+}
+
+wait_http() {  # url pid log timeout
+    local url=$1 pid=$2 logfile=$3 deadline=$((SECONDS + $4))
+    while ((SECONDS < deadline)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            log "server exited early; last lines of $logfile:"
+            tail -n 30 "$logfile" >&2
+            return 1
+        fi
+        if curl -fsS -m 5 "$url" >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 1
+    done
+    log "no answer from $url within $4 s"
+    return 1
+}
+
+stop_server() {  # pid
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 60); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.5
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+SERVER_PID=""
+cleanup() { [ -n "$SERVER_PID" ] && stop_server "$SERVER_PID"; }
+trap cleanup EXIT
+
+# ---- the peer's venv (own venv, CPU torch first so pip never pulls a CUDA build) ----------------------
+ensure_peer_venv() {
+    if [ -x "$PEER_VENV/bin/transformers" ]; then
+        return 0
+    fi
+    log "creating $PEER_VENV (CPU torch, then transformers[serving])"
+    python3 -m venv "$PEER_VENV"
+    "$PEER_VENV/bin/pip" install -q "$TORCH_CPU"
+    "$PEER_VENV/bin/pip" install -q "transformers[serving]"
+}
+
+# ---- the model: the engine's GGUF -> safetensors cache directory of the default model -----------------
+MODEL_DIR=$("$PY" - <<'EOF'
+from inference.gguf_convert import ensure_converted
+from inference.loader import default_cache_dir, resolve_source
+
+print(ensure_converted(resolve_source("default"), default_cache_dir()).resolve())
+EOF
+)
+grep -q LlamaForCausalLM "$MODEL_DIR/config.json" || { log "$MODEL_DIR/config.json is not a LlamaForCausalLM"; exit 1; }
+log "model directory: $MODEL_DIR"
+log "load before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+
+run_loads() {  # name base_url
+    local name=$1 url=$2 load
+    local common=(--base-url "$url" --tokenizer "$MODEL_DIR" --count-tokens tokenizer --temperature 0
+        --timeout "$LOAD_TIMEOUT")
+    for load in $LOADS; do
+        local args=()
+        case $load in
+            a) args=(--dataset fixed --num-prompts 32 --max-concurrency 16 --max-tokens 128) ;;
+            b) args=(--dataset fixed --num-prompts 4 --max-concurrency 1 --max-tokens 64) ;;
+            c) args=(--dataset shared-prefix --shared-prefix-len 400 --num-prompts 64 --max-concurrency 16
+                --max-tokens 32) ;;
+            *) log "unknown load $load"; return 1 ;;
+        esac
+        if [ -n "${BENCH_SMOKE:-}" ]; then
+            args+=(--num-prompts 2 --max-tokens 4)
+        fi
+        log "$name: load ($load)"
+        timeout "$LOAD_TIMEOUT" "$PY" -m bench.serve "${common[@]}" "${args[@]}" --label "$name-$load" \
+            --json "$OUT/$name-$load.json" || log "$name: load ($load) failed or timed out"
+    done
+}
+
+# ---- ours: Daphne with the test settings, as tests/conftest.py's daphne_server -----------------------
+run_ours() {
+    local data port
+    data=$(mktemp -d -t mooncake-bench-XXXXXX)
+    port=$(free_port)
+    cat >"$data/mooncake.yaml" <<EOF
+model:
+  model_id: default
+  dtype: float32
+engine:
+  kv_cache_memory_bytes: $KV_BYTES
+EOF
+    local env=(DJANGO_SETTINGS_MODULE=webapp.settings.test MOONCAKE_DATA="$data" MOONCAKE_AUTOLOAD=1
+        MOONCAKE_API_AUTH=off MOONCAKE_CONFIG="$data/mooncake.yaml" PYTHONUNBUFFERED=1)
+    env "${env[@]}" "$PY" manage.py migrate --noinput >"$data/migrate.log" 2>&1
+    log "ours: starting on 127.0.0.1:$port (log $OUT/ours-server.log)"
+    env "${env[@]}" "$PY" -m webapp.core.server --host 127.0.0.1 --port "$port" >"$OUT/ours-server.log" 2>&1 &
+    SERVER_PID=$!
+    wait_http "http://127.0.0.1:$port/health" "$SERVER_PID" "$OUT/ours-server.log" 600
+    run_loads ours "http://127.0.0.1:$port"
+    peak_rss_kib "$SERVER_PID" >"$OUT/ours-rss.txt"
+    stop_server "$SERVER_PID"
+    SERVER_PID=""
+    rm -rf "$data"
+}
+
+# ---- the peer: transformers serve, continuous batching, CPU, float32 ----------------------------------
+run_peer() {
+    ensure_peer_venv
+    local port block=32
+    port=$(free_port)
+    # Its KV cache would otherwise be sized from free RAM (it took ~10 GB here and was OOM-killed):
+    # give it the same budget as ours. Bytes per token: layers * 2 (K, V) * kv_heads * head_dim * 4.
+    local blocks
+    blocks=$("$PY" - "$MODEL_DIR" "$KV_BYTES" "$block" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))
+head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+per_token = c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", c["num_attention_heads"]) * head_dim * 4
+print(max(16, int(sys.argv[2]) // (per_token * int(sys.argv[3]))))
+EOF
+)
+    log "peer: $("$PEER_VENV/bin/python" -c 'import transformers; print("transformers", transformers.__version__)'),"\
+" $blocks blocks of $block tokens, on 127.0.0.1:$port (log $OUT/peer-server.log)"
+    "$PEER_VENV/bin/transformers" serve --continuous-batching --device cpu --dtype float32 \
+        --cb-block-size "$block" --cb-num-blocks "$blocks" --cb-max-batch-tokens 4096 \
+        --host 127.0.0.1 --port "$port" "$MODEL_DIR" >"$OUT/peer-server.log" 2>&1 &
+    SERVER_PID=$!
+    wait_http "http://127.0.0.1:$port/health" "$SERVER_PID" "$OUT/peer-server.log" 600
+    run_loads peer "http://127.0.0.1:$port"
+    peak_rss_kib "$SERVER_PID" >"$OUT/peer-rss.txt"
+    stop_server "$SERVER_PID"
+    SERVER_PID=""
+}
+
+case ${BENCH_ONLY:-both} in
+    ours) run_ours ;;
+    peer) run_peer ;;
+    *) run_ours; run_peer ;;
+esac
+
+log "load after the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+"$PY" -m bench.table "$OUT"
+log "results in $OUT"
