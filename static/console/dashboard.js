@@ -31,6 +31,11 @@
       scales: { x: { time: true } },
       legend: { live: false },
     };
+    if (name === "process") {
+      // MiB and percent on separate axes: the second series gets its own scale on the right.
+      opts.series[2].scale = "pct";
+      opts.axes.push({ scale: "pct", side: 1, stroke: axisColour, grid: { show: false }, size: 50 });
+    }
     plots[name] = { plot: new uPlot(opts, [[]].concat(series.map(() => [])), el), series };
   }
 

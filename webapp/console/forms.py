@@ -115,11 +115,42 @@ TUNING_HELP = {
 }
 
 
+TUNING_LABELS = {
+    "max_num_seqs": "Max sequences per batch",
+    "max_num_batched_tokens": "Max batched tokens per step",
+    "kv_cache_memory_bytes": "KV cache memory (bytes)",
+    "block_size": "KV block size (tokens)",
+    "enable_chunked_prefill": "Chunked prefill",
+    "enable_prefix_caching": "Prefix caching",
+    "default_temperature": "Default temperature",
+    "default_top_p": "Default top_p",
+    "default_max_tokens": "Default max_tokens",
+    "drain_timeout_seconds": "Drain timeout (s)",
+    "memory_budget_bytes": "Memory budget (bytes)",
+    "evict_lru": "Evict least recently used",
+    "log_prompts": "Log prompt text",
+}
+
+
 class TuningForm(forms.ModelForm[EngineSettings]):
     class Meta:
         model = EngineSettings
         fields = list(TUNING_HELP)
         help_texts = TUNING_HELP
+        labels = TUNING_LABELS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Empty engine fields show, as a placeholder, the value the engine uses without them."""
+        from inference import EngineConfig
+
+        super().__init__(*args, **kwargs)
+        try:
+            current = EngineConfig.from_dict(engine_config_dict(settings.MOONCAKE))
+        except ValueError:
+            return
+        for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_bytes", "block_size"):
+            value = getattr(current, name)
+            self.fields[name].widget.attrs["placeholder"] = "engine default" if value is None else str(value)
 
     def clean_default_temperature(self) -> float | None:
         return _in_range(self.cleaned_data["default_temperature"], 0.0, 2.0)

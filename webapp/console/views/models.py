@@ -14,6 +14,7 @@ from webapp.console.audit import audit_record
 from webapp.console.forms import ModelDefaultsForm, RegisterHubForm, RegisterLocalForm
 from webapp.console.hf_import import HubImportError, hf_import_start
 from webapp.console.models import ModelRegistration
+from webapp.console.paths import allowed_roots
 from webapp.console.selectors import model_rows
 from webapp.console.views.access import staff_required
 
@@ -36,6 +37,7 @@ def _page(
     context = _table_context() | {
         "local_form": local_form or RegisterLocalForm(),
         "hub_form": RegisterHubForm(),
+        "model_roots": allowed_roots(),
     }
     return render(request, "console/models.html", context, status=status)
 
