@@ -26,7 +26,8 @@ def _model_name(value: str) -> str:
 class RegisterLocalForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="What API clients pass as `model`.")
     path = forms.CharField(
-        max_length=1000, help_text="A model folder or .gguf file under one of the allowed model roots."
+        max_length=1000,
+        help_text="A model folder or .gguf file under an allowed root (relative: from the first root).",
     )
     aliases = forms.CharField(required=False, help_text="Other names for it, separated by commas.")
     keep_alive_seconds = forms.IntegerField(

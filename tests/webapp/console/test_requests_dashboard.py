@@ -15,7 +15,9 @@ from inference import ModelManager, SamplingParams
 from tests.webapp.console.conftest import SizedFakeEngine
 from webapp.api.models import RequestLog
 from webapp.console import dashboard
+from webapp.console.jobs import process_jobs
 from webapp.console.models import EngineSettings
+from webapp.console.templatetags import console as console_filters
 
 
 @pytest.fixture
@@ -116,3 +118,31 @@ def test_audit_page_filters(staff_client: Client, manager: ModelManager) -> None
         "model.set_default"
         not in staff_client.get(reverse("console:audit"), {"action": "user."}).content.decode()
     )
+
+
+def test_history_restore_gets_the_whole_page(staff_client: Client, log_rows: None) -> None:
+    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    page = staff_client.get(reverse("console:requests"), {"user": "pat"}, headers=headers).content.decode()
+    assert "<h1>Request log</h1>" in page and page.count("<tr class=") == 2
+
+
+def test_jobs_page_lists_process_jobs(staff_client: Client, manager: ModelManager) -> None:
+    staff_client.post(reverse("console:model-load", args=["base"]))
+    process_jobs.wait_all()
+    page = staff_client.get(reverse("console:jobs")).content.decode()
+    assert "base loaded" in page and 'data-state="succeeded"' in page
+    assert 'hx-trigger="every 1s"' not in page  # nothing running: no polling
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(None, "—"), (512, "512 B"), (1536, "1.5 KiB"), (3 * 2**30, "3.0 GiB")]
+)
+def test_bytes_filter(value: int | None, text: str) -> None:
+    assert console_filters.bytes(value) == text
+
+
+def test_params_filter() -> None:
+    assert console_filters.params(None) == "—"
+    assert console_filters.params(134_515_008) == "134.5 M"
+    assert console_filters.params(7_000_000_000) == "7.00 B"
+    assert console_filters.params(4_000) == "4,000"

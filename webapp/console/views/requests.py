@@ -21,6 +21,9 @@ def requests_page(request: HttpRequest) -> HttpResponse:
         if form.is_valid()
         else RequestFilters()
     )
-    template = "console/_requests_rows.html" if request.htmx else "console/requests.html"  # type: ignore[attr-defined]
+    htmx = request.htmx  # type: ignore[attr-defined]
+    # A history restore (Back after filtering) needs the whole page, not the rows.
+    partial = bool(htmx) and not htmx.history_restore_request
+    template = "console/_requests_rows.html" if partial else "console/requests.html"
     context = {"form": form, "rows": request_log(filters), "log_prompts": engine_settings_get().log_prompts}
     return render(request, template, context)
