@@ -19,6 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.urls import get_resolver  # noqa: E402
 
 from webapp.core.engine import start_default_model_in_background, start_idle_reaper  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
@@ -30,6 +31,10 @@ application = ProtocolTypeRouter(
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# Import every URLconf now, on this thread: a broken app fails at start-up rather than on a first request,
+# and the first request cannot race the model-loading thread through transformers' lazy imports.
+get_resolver().url_patterns  # noqa: B018
 
 if settings.MOONCAKE_AUTOLOAD:
     start_default_model_in_background()

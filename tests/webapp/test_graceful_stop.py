@@ -22,7 +22,7 @@ def test_sigterm_drains_running_generations(tmp_path: Path) -> None:
     lines: list[str] = []
     refused_after_signal = threading.Event()
     try:
-        request = {"model": "default", "prompt": "Once upon a time", "max_tokens": 48, "stream": True,
+        request = {"model": "default", "prompt": "Once upon a time", "max_tokens": 32, "stream": True,
                    "temperature": 0, "ignore_eos": True}  # fmt: skip
         with httpx.stream("POST", f"{server.url}/v1/completions", json=request, timeout=120) as response:
             assert response.status_code == 200, response.read()

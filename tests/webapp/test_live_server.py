@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
 
 pytestmark = pytest.mark.slow
 
@@ -29,17 +30,32 @@ def test_metrics_show_the_loaded_engine(daphne_server: LiveDaphne) -> None:
     assert f'mooncake:kv_cache_capacity_tokens{{model_name="{model}"}}' in text
 
 
-def test_static_and_first_run_redirect(daphne_server: LiveDaphne) -> None:
+def test_static_files_over_daphne(daphne_server: LiveDaphne) -> None:
     status, body = daphne_server.get("/static/vendor/htmx.min.js")
     assert status == 200
     assert body.startswith(b"var htmx=")
-    with socket.create_connection((daphne_server.host, daphne_server.port), timeout=10) as sock:
-        sock.sendall(
-            f"GET /chat/ HTTP/1.1\r\nHost: {daphne_server.host}\r\nConnection: close\r\n\r\n".encode()
-        )
-        head = sock.recv(4096).decode()
-    assert head.startswith("HTTP/1.1 302")
-    assert "Location: /setup/" in head
+
+
+def _head(server: LiveDaphne, path: str) -> str:
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {server.host}\r\nConnection: close\r\n\r\n".encode())
+        return sock.recv(4096).decode()
+
+
+def test_first_run_setup_then_login(tmp_path: Path) -> None:
+    # Its own fresh database: the shared server gains accounts as other suites use it.
+    server = start_live_daphne(tmp_path / "fresh", autoload=False, startup_timeout=120)
+    try:
+        head = _head(server, "/chat/")
+        assert head.startswith("HTTP/1.1 302")
+        assert "Location: /setup/" in head
+        assert server.get("/health")[0] == 503
+        server.create_user("admin", "moon-cake-42!", staff=True)
+        head = _head(server, "/chat/")
+        assert "Location: /login/?next=/chat/" in head
+        assert _head(server, "/setup/").startswith("HTTP/1.1 404")
+    finally:
+        stop_live_daphne(server)
 
 
 def _handshake(server: LiveDaphne, origin: str) -> str:

@@ -111,6 +111,10 @@ def _load_default() -> None:
 
 
 def start_default_model_in_background() -> threading.Thread:
+    # Import the engine (torch, transformers) on the calling thread: transformers' lazy modules are not
+    # safe to import from two threads at once, and requests may import them while the model loads.
+    import inference  # noqa: F401
+
     thread = threading.Thread(target=_load_default, name="mooncake-autoload", daemon=True)
     thread.start()
     return thread

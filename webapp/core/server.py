@@ -1,9 +1,10 @@
 """Daphne with a graceful stop: `python -m webapp.core.server --host H --port P`.
 
 Daphne on its own cancels every running application on SIGTERM. Here the first SIGTERM/SIGINT closes the
-listening sockets (no new connections), waits until the engines have no running or waiting requests (at
-most MOONCAKE_DRAIN_TIMEOUT seconds), then stops the reactor and unloads the models. A second signal stops
-at once.
+listening sockets (no new connections), waits until the engines have no running or waiting requests and
+no HTTP response is still streaming (at most MOONCAKE_DRAIN_TIMEOUT seconds), then stops the reactor and
+unloads the models. A second signal stops at once. Open WebSockets do not hold the stop up: chat
+generations run in the engine, which the drain waits for.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from daphne.access import AccessLogGenerator
 from daphne.endpoints import build_endpoint_description_strings
+from daphne.ws_protocol import WebSocketProtocol
 from twisted.internet import reactor as _reactor
 
 # Twisted's reactor is typed as a bag of interfaces; treat it as the dynamic object it is.
@@ -30,6 +32,9 @@ reactor: Any = _reactor
 logger = logging.getLogger("mooncake.server")
 
 DRAIN_POLL_SECONDS = 0.25
+# Idle this long before stopping: the last tokens still have to travel from the engine thread through
+# the event loop to the client (and chat replies to the database) after the engine reports idle.
+DRAIN_SETTLE_SECONDS = 1.0
 
 
 class GracefulServer(daphne.server.Server):
@@ -41,6 +46,7 @@ class GracefulServer(daphne.server.Server):
         self._busy = busy
         self._ports: list[Any] = []
         self._drain_deadline: float | None = None
+        self._idle_since: float | None = None
 
     def listen_success(self, port: Any) -> None:
         self._ports.append(port)
@@ -65,11 +71,29 @@ class GracefulServer(daphne.server.Server):
             port.stopListening()
         self._check_drained()
 
+    def http_in_flight(self) -> int:
+        """HTTP requests whose application has not finished (SSE streams included; WebSockets excluded)."""
+        return sum(
+            1
+            for protocol, details in self.connections.items()
+            if not isinstance(protocol, WebSocketProtocol)
+            and details.get("application_instance") is not None
+            and not details["application_instance"].done()
+        )
+
     def _check_drained(self) -> None:
-        busy = self._busy()
-        if busy == 0 or self._drain_deadline is None or time.monotonic() >= self._drain_deadline:
-            if busy:
-                logger.warning("Drain timeout: %d request(s) still running are cut off", busy)
+        now = time.monotonic()
+        busy, streaming = self._busy(), self.http_in_flight()
+        if self._drain_deadline is None or now >= self._drain_deadline:
+            logger.warning("Drain timeout: cutting off %d generation(s), %d response(s)", busy, streaming)
+            self._stop()
+            return
+        if busy or streaming:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = now
+        elif now - self._idle_since >= DRAIN_SETTLE_SECONDS:
+            logger.info("Drained: no running generations or responses")
             self._stop()
             return
         reactor.callLater(DRAIN_POLL_SECONDS, self._check_drained)
