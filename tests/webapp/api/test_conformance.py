@@ -25,7 +25,7 @@ PROMPT = "The capital of France is"
 
 
 def greedy_chat(client: Any, **kwargs: Any) -> Any:
-    kwargs.setdefault("max_tokens", 8)
+    kwargs.setdefault("max_tokens", 5)
     return client.chat.completions.create(model=MODEL, messages=HI, temperature=0, **kwargs)
 
 
@@ -46,7 +46,7 @@ def test_greedy_stream_equals_non_stream(oai: Any) -> None:
     assert chunks[0].choices[0].delta.role == "assistant"
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == whole.choices[0].message.content and streamed
-    assert whole.usage.completion_tokens == 8 and whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == 5 and whole.choices[0].finish_reason == "length"
 
 
 def test_n_choices_have_indices(oai: Any) -> None:
@@ -58,11 +58,11 @@ def test_n_choices_have_indices(oai: Any) -> None:
 
 
 def test_stop_sequences(oai: Any) -> None:
-    full = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0).choices[0].text
+    full = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0).choices[0].text
     words = full.split()
     assert len(words) >= 2, full
     stop = words[1]
-    cut = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, stop=[stop, "zzz"])
+    cut = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0, stop=[stop, "zzz"])
     choice = cut.choices[0]
     assert choice.finish_reason == "stop" and stop not in choice.text
     assert full.startswith(choice.text)
@@ -182,10 +182,13 @@ def test_json_schema_output_validates(oai: Any) -> None:
     assert choice.finish_reason == "stop", choice
     assert jsonschema_rs.validator_for(schema).is_valid(json.loads(choice.message.content))
     anything = oai.chat.completions.create(
-        model=MODEL, temperature=0, max_tokens=10, messages=HI, response_format={"type": "json_object"}
+        model=MODEL, temperature=0, max_tokens=6, messages=HI, response_format={"type": "json_object"}
     )
+    # Six tokens rarely close an object, but each one must already be on the way to one.
+    content = anything.choices[0].message.content
+    assert content.startswith("{")
     if anything.choices[0].finish_reason == "stop":
-        assert isinstance(json.loads(anything.choices[0].message.content), dict)
+        assert isinstance(json.loads(content), dict)
 
 
 WEATHER: dict[str, Any] = {
