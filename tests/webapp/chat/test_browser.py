@@ -61,7 +61,7 @@ def server(daphne_server: LiveDaphne) -> LiveDaphne:
 
 def log_in(browser: Any, server: LiveDaphne, **context_args: Any) -> Any:
     context = browser.new_context(**context_args)
-    context.set_default_timeout(30_000)
+    context.set_default_timeout(120_000)  # The CI box may be busy.
     page = context.new_page()
     page.goto(server.url + "/login/?next=/chat/")
     page.fill("input[name=username]", USER)
@@ -121,7 +121,7 @@ def test_chat_in_a_real_browser(browser: Any, server: LiveDaphne) -> None:
             page.click("#stop-btn")
         else:
             page.keyboard.press("Escape")
-        wait_idle(page, timeout=10_000)
+        wait_idle(page, timeout=30_000)
         last = page.locator("#messages .msg-assistant").last
         assert last.locator(".badge").inner_text() == "stopped"
 
