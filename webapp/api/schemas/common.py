@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -92,6 +92,3 @@ class ErrorDetail(BaseModel):
 class ErrorResponse(BaseModel):
     error: ErrorDetail
 
-
-ObjectName = Literal["list", "model", "chat.completion", "chat.completion.chunk", "text_completion"]
-JSONObject = dict[str, Any]
