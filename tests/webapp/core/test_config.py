@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -78,7 +79,7 @@ def test_engine_config_from_yaml_sections(tmp_path: Path) -> None:
 
 
 def test_served_model_name() -> None:
-    base = {"server": {}, "engine": {}, "api": {}}
+    base: dict[str, dict[str, Any]] = {"server": {}, "engine": {}, "api": {}}
     assert served_model_name({**base, "model": {"model_id": "default"}}) == "SmolLM2-135M-Instruct"
     assert served_model_name({**base, "model": {"model_id": "/models/Qwen2-0.5B"}}) == "Qwen2-0.5B"
     assert served_model_name({**base, "model": {"model_id": "/m/tiny.Q8_0.gguf"}}) == "tiny.Q8_0"
