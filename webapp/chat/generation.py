@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections import deque
@@ -24,6 +25,8 @@ from webapp.core.engine import get_engine
 
 if TYPE_CHECKING:
     from inference import SamplingParams
+
+logger = logging.getLogger(__name__)
 
 SAVE_INTERVAL_S = 0.5
 BROADCAST_INTERVAL_S = 0.05
@@ -169,17 +172,20 @@ class GenerationService:
         return prompt_ids
 
     async def _start(self, conversation: Conversation, engine: Any, prompt_ids: list[int]) -> None:
+        from inference import SamplingParams
+
+        try:
+            params = SamplingParams(
+                temperature=conversation.temperature,
+                top_p=conversation.top_p,
+                max_tokens=min(conversation.max_tokens, max(1, engine.max_model_len - len(prompt_ids))),
+            )
+        except ValueError as exc:
+            raise errors.ChatError("invalid", f"Check this chat's settings: {exc}") from exc
         message = await database_sync_to_async(services.assistant_message_create)(
             conversation=conversation, model=conversation.model or await _default_name()
         )
-        from inference import SamplingParams
-
         reply = RunningReply(conversation.pk, message, f"chat-{uuid.uuid4().hex}", engine)
-        params = SamplingParams(
-            temperature=conversation.temperature,
-            top_p=conversation.top_p,
-            max_tokens=min(conversation.max_tokens, max(1, engine.max_model_len - len(prompt_ids))),
-        )
         self._running[conversation.pk] = reply
         await events.broadcast(conversation.pk, events.upsert(message), events.state(running=True))
         reply.task = asyncio.create_task(self._run(reply, prompt_ids, params, conversation))
@@ -228,6 +234,8 @@ class GenerationService:
             message.tokens_per_second = round(message.completion_tokens / elapsed, 2)
         try:
             await database_sync_to_async(services.assistant_message_save)(message=message)
+        except Exception:  # Watchers must still hear that the reply ended.
+            logger.exception("Saving the final state of reply %s failed", message.pk)
         finally:
             self._running.pop(reply.conversation_id, None)
         await events.broadcast(reply.conversation_id, events.upsert(message), events.state(running=False))
