@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -11,6 +12,8 @@ from webapp.chat import events
 from webapp.chat.errors import ChatError
 from webapp.chat.generation import get_generation_service
 from webapp.chat.models import Conversation
+
+logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
@@ -53,6 +56,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._dispatch(content)
         except ChatError as exc:
             await self.send_json(events.error(exc.code, exc.message))
+        except Exception:  # Keep the socket open; the user can retry.
+            logger.exception("Chat action failed")
+            await self.send_json(events.error("server_error", "Something went wrong. Try again."))
 
     async def _dispatch(self, content: dict[str, Any]) -> None:
         service = get_generation_service()
