@@ -133,6 +133,7 @@ def test_tokenizer_has_the_chat_template(default_loaded: LoadedModel) -> None:
     assert tok.convert_ids_to_tokens(2) == "<|im_end|>"
 
 
+@pytest.mark.slow
 def test_conversion_matches_transformers_gguf_loader(default_model_dir: Path) -> None:
     """Guards the Q/K un-permutation, which logit tests against HF (same converted weights) cannot see."""
     from safetensors.torch import load_file
