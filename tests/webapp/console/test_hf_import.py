@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from django.urls import reverse
 
 from webapp.console.hf_import import HubImportError, hf_import_run, validate_repo_id
 from webapp.console.models import AuditLog, ConsoleJob, ModelRegistration
+from webapp.console.registry import sync_manager
 from webapp.console.tasks import import_hf_model
 
 
@@ -56,3 +58,48 @@ def test_hub_offline_mode_also_fails_cleanly(db: None, model_root: Any, monkeypa
 def test_invalid_repo_id_is_refused_before_queueing(staff_client: Client, manager: Any) -> None:
     staff_client.post(reverse("console:model-import"), {"repo_id": "../../etc"})
     assert not ConsoleJob.objects.exists()
+
+
+def test_import_reports_progress_and_registers(
+    db: None, model_root: Path, manager: Any, monkeypatch: Any
+) -> None:
+    """The hub itself is out of reach here, so its two calls are replaced; everything around them is real."""
+    import huggingface_hub
+
+    files = ["config.json", "model.safetensors", "tokenizer.json", "pytorch_model.bin", "README.md"]
+    progress: list[float] = []
+
+    def download(repo_id: str, filename: str, *, local_dir: Path, endpoint: str | None) -> str:
+        progress.append(ConsoleJob.objects.get().progress)  # what the jobs page shows meanwhile
+        target = Path(local_dir) / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("{}" if filename.endswith(".json") else "x", encoding="utf-8")
+        return str(target)
+
+    monkeypatch.setattr("webapp.console.hf_import._probe", lambda endpoint: None)
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: files)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    job = ConsoleJob.objects.create(kind="hf_import", target="org/tiny-model")
+    hf_import_run(job.pk)
+    job.refresh_from_db()
+    assert job.state == ConsoleJob.State.SUCCEEDED and job.progress == 1.0
+    assert progress == [0.0, 1 / 3, 2 / 3]  # pickles and READMEs are never fetched
+    dest = model_root / "hf" / "org--tiny-model"
+    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    row = ModelRegistration.objects.get(name="tiny-model")
+    assert row.source == str(dest.resolve())
+    sync_manager()  # the web process registers what the worker recorded
+    assert "tiny-model" in {i.name for i in manager.list()}
+
+
+def test_repo_without_safetensors_is_refused(db: None, model_root: Path, monkeypatch: Any) -> None:
+    import huggingface_hub
+
+    monkeypatch.setattr("webapp.console.hf_import._probe", lambda endpoint: None)
+    monkeypatch.setattr(
+        huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: ["config.json", "x.bin"]
+    )
+    job = ConsoleJob.objects.create(kind="hf_import", target="org/pickles")
+    assert "no config.json and safetensors" in hf_import_run(job.pk)
+    job.refresh_from_db()
+    assert job.state == ConsoleJob.State.FAILED
