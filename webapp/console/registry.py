@@ -116,7 +116,8 @@ def model_defaults(name: str) -> dict[str, Any]:
     """Sampling defaults and system prompt for a model name or alias, for the API and chat to apply."""
     for row in ModelRegistration.objects.all():
         if name == row.name or name in row.aliases:
-            tuning = engine_settings_get()
+            # A read: an unsaved row supplies no defaults rather than being created here.
+            tuning = EngineSettings.objects.order_by("pk").first() or EngineSettings()
             sampling = {
                 "temperature": tuning.default_temperature,
                 "top_p": tuning.default_top_p,

@@ -15,6 +15,7 @@ from inference import EngineConfig, ModelManager
 from tests.webapp.console.conftest import MIB, SizedFakeEngine, make_hf_dir
 from webapp.console.jobs import process_jobs
 from webapp.console.models import AuditLog, EngineSettings, ModelRegistration
+from webapp.console.registry import model_defaults
 from webapp.core.engine import set_manager
 
 
@@ -229,3 +230,14 @@ def test_keep_alive_must_be_positive(
     staff_client: Client, manager: ModelManager, model_root: Path, value: str
 ) -> None:
     assert register(staff_client, model_root, "tiny", keep_alive_seconds=value).status_code == 400
+
+
+def test_model_defaults_for_name_or_alias(db: None) -> None:
+    assert model_defaults("nothing") == {"sampling": {}, "system_prompt": ""}
+    ModelRegistration.objects.create(
+        name="m", source="default", aliases=["alias"], sampling_defaults={"top_p": 0.5}, system_prompt="Hi."
+    )
+    assert model_defaults("alias") == {"sampling": {"top_p": 0.5}, "system_prompt": "Hi."}
+    assert not EngineSettings.objects.exists()  # reading never creates the settings row
+    EngineSettings.objects.create(default_temperature=0.2, default_top_p=0.9)
+    assert model_defaults("m")["sampling"] == {"temperature": 0.2, "top_p": 0.5}
