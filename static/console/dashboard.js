@@ -86,6 +86,17 @@
     for (const [name, series] of Object.entries(CHARTS)) build(name, series);
     tick();
   });
+  // The theme toggle flips data-theme on <html>: rebuild the charts so their colours follow.
+  new MutationObserver(() => {
+    for (const [name, entry] of Object.entries(plots)) {
+      if (!entry.plot) continue;
+      const data = entry.plot.data;
+      entry.plot.destroy();
+      build(name, entry.series);
+      plots[name].plot.setData(data);
+    }
+  }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-theme"] });
+
   window.addEventListener("resize", () => {
     for (const [name, entry] of Object.entries(plots)) {
       if (!entry.plot) continue;
