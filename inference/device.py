@@ -34,6 +34,20 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def cpu_thread_count() -> int:
+    """Intra-op threads for CPU inference: $MOONCAKE_CPU_THREADS, else every core we may run on.
+
+    The override matters on shared machines: OpenMP workers spin at barriers, so when other processes
+    take the cores, two threads can run several times slower than one.
+    """
+    override = os.environ.get("MOONCAKE_CPU_THREADS", "").strip()
+    if override:
+        if not override.isdigit() or int(override) < 1:
+            raise ValueError(f"MOONCAKE_CPU_THREADS must be a positive integer, got {override!r}")
+        return int(override)
+    return cpu_core_count()
+
+
 def cpu_core_count() -> int:
     """Cores this process may run on (respects affinity masks set by containers and taskset)."""
     try:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from inference.attention import BatchLayout, select_backend
-from inference.device import cpu_core_count
+from inference.device import cpu_thread_count
 from inference.kv_cache import (
     KVBudget,
     allocate_kv_cache,
@@ -61,7 +61,7 @@ class ModelRunner:
         self.block_size = block_size
         self.vocab_size = self.model.args.vocab_size
         if self.device.type == "cpu":
-            torch.set_num_threads(cpu_core_count())
+            torch.set_num_threads(cpu_thread_count())
         self.backend = select_backend(
             attention_backend, device=self.device, dtype=loaded.dtype, block_size=block_size
         )

@@ -134,3 +134,16 @@ def test_release_unbinds_the_cache(tiny: LoadedModel) -> None:
     assert attn.k_cache.numel() == 0 and attn.v_cache.numel() == 0
     with pytest.raises(ValueError, match="block ids"):
         r.execute([ScheduledChunk([1], 0, 1, [0])])
+
+
+def test_cpu_threads_follow_the_override(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("MOONCAKE_CPU_THREADS", "1")
+        runner(tiny)
+        assert torch.get_num_threads() == 1
+        monkeypatch.setenv("MOONCAKE_CPU_THREADS", "zero")
+        with pytest.raises(ValueError, match="MOONCAKE_CPU_THREADS"):
+            runner(tiny)
+    finally:
+        torch.set_num_threads(before)
