@@ -57,7 +57,7 @@ async def run_asgi_until_disconnect(body: bytes, *, disconnect_after_chunks: int
 async def test_client_disconnect_aborts_the_engine_request(
     manager: Any, auth_off: None, engine: FakeEngine
 ) -> None:
-    engine.token_delay = 0.02
+    engine.token_delay = 0.2
     body = json.dumps({"messages": USER, "stream": True}).encode()
     sent = await run_asgi_until_disconnect(body, disconnect_after_chunks=2)
     assert sent[0]["status"] == 200
@@ -68,22 +68,29 @@ async def test_client_disconnect_aborts_the_engine_request(
 
 
 async def test_cancelling_the_request_task_aborts(client: AsyncClient, engine: FakeEngine) -> None:
-    engine.token_delay = 0.05
+    engine.token_delay = 0.2
     task = asyncio.create_task(post_json(client, "/v1/chat/completions", {"messages": USER}))
-    await asyncio.sleep(0.12)
+    for _ in range(200):
+        if engine.running:
+            break
+        await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0)
+    for _ in range(200):
+        if await RequestLog.objects.filter(status_code=499).aexists():
+            break
+        await asyncio.sleep(0.01)
     assert engine.aborted and not engine.running
+    assert await RequestLog.objects.filter(status_code=499).aexists()
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_timeout_returns_length(
     client: AsyncClient, engine: FakeEngine, settings: Any, stream: bool
 ) -> None:
-    settings.MOONCAKE_API_REQUEST_TIMEOUT = 0.25
-    engine.token_delay = 0.1
+    settings.MOONCAKE_API_REQUEST_TIMEOUT = 1.0
+    engine.token_delay = 0.3
     response = await post_json(
         client, "/v1/completions", {"prompt": "x", "max_tokens": 100, "stream": stream}
     )
