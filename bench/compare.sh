@@ -10,8 +10,12 @@
 # Prints a table of each figure with the ratio ours/peer and each server's peak RSS (VmHWM).
 # Results land in bench/results/<timestamp>/ (gitignored). Both servers listen on 127.0.0.1 only.
 #
+# Each load stops at its time limit (a: 150 s, b: 60 s, c: 150 s; BENCH_TIME_SCALE=2 doubles them) so the
+# whole run stays within ~15 minutes even on a busy machine; requests still streaming then are counted as
+# "cut" and their tokens so far still count toward throughput (the table says how many were cut).
+#
 # Environment knobs: BENCH_KV_BYTES (KV cache of each server, default 768 MiB), BENCH_ONLY=ours|peer,
-# BENCH_LOADS="a b c", BENCH_LOAD_TIMEOUT (seconds per load, default 420), PYTHON (the project's venv python),
+# BENCH_LOADS="a b c", BENCH_TIME_SCALE (default 1), PYTHON (the project's venv python),
 # BENCH_SMOKE=1 (each load cut to 2 requests of 4 tokens: checks the plumbing, measures nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +26,7 @@ PEER_VENV=$ROOT/bench/.peer-venv
 TORCH_CPU="torch==2.13.0"
 KV_BYTES=${BENCH_KV_BYTES:-805306368}
 LOADS=${BENCH_LOADS:-a b c}
-LOAD_TIMEOUT=${BENCH_LOAD_TIMEOUT:-420}
+TIME_SCALE=${BENCH_TIME_SCALE:-1}
 OUT=${BENCH_OUT:-$ROOT/bench/results/$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 export MOONCAKE_CACHE_DIR=${MOONCAKE_CACHE_DIR:-$ROOT/var/cache}
@@ -100,22 +104,23 @@ log "load before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 
 run_loads() {  # name base_url
     local name=$1 url=$2 load
-    local common=(--base-url "$url" --tokenizer "$MODEL_DIR" --count-tokens tokenizer --temperature 0
-        --timeout "$LOAD_TIMEOUT")
+    local common=(--base-url "$url" --tokenizer "$MODEL_DIR" --count-tokens tokenizer --temperature 0)
     for load in $LOADS; do
-        local args=()
+        local args=() limit
         case $load in
-            a) args=(--dataset fixed --num-prompts 32 --max-concurrency 16 --max-tokens 128) ;;
-            b) args=(--dataset fixed --num-prompts 4 --max-concurrency 1 --max-tokens 64) ;;
-            c) args=(--dataset shared-prefix --shared-prefix-len 400 --num-prompts 64 --max-concurrency 16
-                --max-tokens 32) ;;
+            a) limit=150; args=(--dataset fixed --num-prompts 32 --max-concurrency 16 --max-tokens 128) ;;
+            b) limit=60; args=(--dataset fixed --num-prompts 4 --max-concurrency 1 --max-tokens 64) ;;
+            c) limit=150; args=(--dataset shared-prefix --shared-prefix-len 400 --num-prompts 64
+                --max-concurrency 16 --max-tokens 32) ;;
             *) log "unknown load $load"; return 1 ;;
         esac
+        limit=$(awk -v l="$limit" -v s="$TIME_SCALE" 'BEGIN {printf "%d", l * s}')
+        args+=(--time-limit "$limit" --timeout "$((limit + 60))")
         if [ -n "${BENCH_SMOKE:-}" ]; then
             args+=(--num-prompts 2 --max-tokens 4)
         fi
         log "$name: load ($load)"
-        timeout "$LOAD_TIMEOUT" "$PY" -m bench.serve "${common[@]}" "${args[@]}" --label "$name-$load" \
+        timeout "$((limit + 300))" "$PY" -m bench.serve "${common[@]}" "${args[@]}" --label "$name-$load" \
             --json "$OUT/$name-$load.json" || log "$name: load ($load) failed or timed out"
     done
 }

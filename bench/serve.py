@@ -160,6 +160,9 @@ class RequestResult:
     token_source: str = "chunks"
     text: str = ""
     error: str = ""
+    sent: bool = False
+    cut: bool = False  # still running at --time-limit; its streamed tokens count toward throughput
+    parts: list[str] = field(default_factory=list)
 
 
 def chunk_content(chunk: dict[str, Any]) -> str:
@@ -199,11 +202,14 @@ async def send(
     prompt: Prompt,
     tokenizer: Tokenizer | None,
     count: str = "auto",
+    result: RequestResult | None = None,
 ) -> RequestResult:
-    result = RequestResult(ok=False)
+    """Stream one request into `result` (filled in place, so a cancelled request keeps what it got)."""
+    result = result if result is not None else RequestResult(ok=False)
     usage: dict[str, Any] | None = None
     chunks = 0
-    parts: list[str] = []
+    parts = result.parts
+    result.sent = True
     started = time.perf_counter()
     last = started
     try:
@@ -280,21 +286,39 @@ async def run_load(
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     timeout = httpx.Timeout(args.timeout, connect=30.0)
+    results = [RequestResult(ok=False) for _ in prompts]
     async with httpx.AsyncClient(limits=limits, headers=headers, timeout=timeout) as client:
 
-        async def one(prompt: Prompt) -> RequestResult:
+        async def one(i: int) -> RequestResult:
             async with semaphore:
-                return await send(
-                    client, url, request_body(args, prompt, model), prompt, tokenizer, args.count_tokens
-                )
+                body = request_body(args, prompts[i], model)
+                return await send(client, url, body, prompts[i], tokenizer, args.count_tokens, results[i])
 
         tasks: list[asyncio.Task[RequestResult]] = []
+
+        async def issue() -> None:
+            async for i in arrivals(len(prompts), args.request_rate, random.Random(args.seed + 1)):
+                tasks.append(asyncio.create_task(one(i)))
+            await asyncio.gather(*tasks)
+
         started = time.perf_counter()
-        async for i in arrivals(len(prompts), args.request_rate, random.Random(args.seed + 1)):
-            tasks.append(asyncio.create_task(one(prompts[i])))
-        results = list(await asyncio.gather(*tasks))
+        try:
+            await asyncio.wait_for(issue(), timeout=args.time_limit)
+        except TimeoutError:
+            # wait_for cancelled the arrivals and every request still streaming; count what they got.
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for result in results:
+                if result.sent and not result.ok and not result.error:
+                    finish_cut(result, tokenizer)
         duration = time.perf_counter() - started
     return results, duration
+
+
+def finish_cut(result: RequestResult, tokenizer: Tokenizer | None) -> None:
+    result.cut = True
+    result.error = "cut at the time limit"
+    result.text = "".join(result.parts)
+    result.output_tokens = tokenizer.count(result.text) if tokenizer is not None else len(result.parts)
 
 
 async def warm_up(args: argparse.Namespace, model: str) -> None:
@@ -341,7 +365,9 @@ def report(
     args: argparse.Namespace, model: str, results: list[RequestResult], duration: float
 ) -> dict[str, Any]:
     done = [r for r in results if r.ok]
-    output_tokens = sum(r.output_tokens for r in done)
+    cut = [r for r in results if r.cut]
+    # Tokens streamed by requests cut at the time limit happened inside the window: they count as output.
+    output_tokens = sum(r.output_tokens for r in done) + sum(r.output_tokens for r in cut)
     prompt_tokens = sum(r.prompt_tokens for r in done)
     ms = 1000.0
     tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in done if r.output_tokens > 1]
@@ -356,8 +382,11 @@ def report(
         "request_rate": args.request_rate if math.isfinite(args.request_rate) else "inf",
         "max_tokens": args.max_tokens,
         "completed": len(done),
-        "errors": len(results) - len(done),
-        "error_samples": sorted({r.error for r in results if not r.ok})[:5],
+        "errors": sum(1 for r in results if r.sent and not r.ok and not r.cut),
+        "cut_at_time_limit": len(cut),
+        "not_sent": sum(1 for r in results if not r.sent),
+        "time_limit_s": args.time_limit,
+        "error_samples": sorted({r.error for r in results if r.sent and not r.ok and not r.cut})[:5],
         "duration_s": duration,
         "total_input_tokens": prompt_tokens,
         "total_output_tokens": output_tokens,
@@ -378,6 +407,7 @@ def print_report(data: dict[str, Any]) -> None:
     rows = [
         ("Successful requests", f"{data['completed']}"),
         ("Errors", f"{data['errors']}"),
+        ("Cut at the time limit / not sent", f"{data['cut_at_time_limit']} / {data['not_sent']}"),
         ("Benchmark duration (s)", f"{data['duration_s']:.2f}"),
         ("Total input tokens", f"{data['total_input_tokens']}"),
         ("Total output tokens", f"{data['total_output_tokens']} ({data['token_source']})"),
@@ -428,6 +458,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="stop the whole load after this many seconds; unfinished requests are reported as cut",
+    )
     p.add_argument("--no-warm-up", action="store_true")
     p.add_argument("--label", default="", help="a name for this run in the output")
     p.add_argument(
@@ -453,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results, duration = asyncio.run(run_load(args, prompts, model, tokenizer))
     data = report(args, model, results, duration)
     data["requests"] = [
-        {k: v for k, v in asdict(r).items() if k not in ("itl", "text")} | {"text": r.text[:200]}
+        {k: v for k, v in asdict(r).items() if k not in ("itl", "text", "parts")} | {"text": r.text[:200]}
         for r in results
     ]
     if args.json_path == "-":

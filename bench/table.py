@@ -35,6 +35,8 @@ FIGURES: list[tuple[str, Callable[[dict[str, Any]], float], str]] = [
     ("E2E p99 (ms)", lambda d: d["e2e_ms"]["p99"], "lower"),
     ("output tokens", lambda d: d["total_output_tokens"], "-"),
     ("errors", lambda d: d["errors"], "lower"),
+    ("cut at the time limit / not sent", lambda d: d.get("cut_at_time_limit", 0) + d.get("not_sent", 0), "-"),
+    ("load duration (s)", lambda d: d["duration_s"], "-"),
 ]
 # Issue 4's targets: (load, figure, limit on ours/peer, "min" = at least, "max" = at most)
 TARGETS = [
