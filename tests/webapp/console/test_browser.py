@@ -120,6 +120,10 @@ def test_unload_reload_and_live_dashboard(browser: Any, server: LiveDaphne) -> N
         for worker in workers:
             worker.join(timeout=180)
     assert results == [200] * (WORKERS * REQUESTS_EACH)
+    page.click("#theme-toggle")  # the charts rebuild in the other theme's colours and keep updating
+    page.wait_for_timeout(300)
+    assert page.locator("#dashboard .uplot").count() == 7
+    shot(page, "console-dashboard-theme.png")
     samples_before = int(page.evaluate("document.getElementById('dashboard').dataset.samples"))
     page.wait_for_timeout(2_500)
     assert int(page.evaluate("document.getElementById('dashboard').dataset.samples")) > samples_before
