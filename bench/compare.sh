@@ -16,7 +16,11 @@
 #
 # Environment knobs: BENCH_KV_BYTES (KV cache of each server, default 768 MiB), BENCH_ONLY=ours|peer,
 # BENCH_LOADS="a b c", BENCH_TIME_SCALE (default 1), PYTHON (the project's venv python),
-# BENCH_SMOKE=1 (each load cut to 2 requests of 4 tokens: checks the plumbing, measures nothing).
+# BENCH_SMOKE=1 (each load cut to 2 requests of 4 tokens: checks the plumbing, measures nothing),
+# BENCH_THREADS=N (intra-op threads of BOTH servers: MOONCAKE_CPU_THREADS for ours, OMP_NUM_THREADS for
+# both; unset = each uses every core, which is the fair default on an otherwise idle machine),
+# BENCH_PYSPY=1 (py-spy, installed into the peer venv, samples our server at 20 Hz during load (a):
+# ours-a.pyspy.txt and its summary ours-a.pyspy-summary.txt; external sampling, about 1% of a core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,6 +34,9 @@ TIME_SCALE=${BENCH_TIME_SCALE:-1}
 OUT=${BENCH_OUT:-$ROOT/bench/results/$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 export MOONCAKE_CACHE_DIR=${MOONCAKE_CACHE_DIR:-$ROOT/var/cache}
+if [ -n "${BENCH_THREADS:-}" ]; then
+    export MOONCAKE_CPU_THREADS=$BENCH_THREADS OMP_NUM_THREADS=$BENCH_THREADS
+fi
 
 log() { printf '[bench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -100,7 +107,7 @@ EOF
 )
 grep -q LlamaForCausalLM "$MODEL_DIR/config.json" || { log "$MODEL_DIR/config.json is not a LlamaForCausalLM"; exit 1; }
 log "model directory: $MODEL_DIR"
-log "load before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+log "load before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; threads: ${BENCH_THREADS:-all cores}"
 
 run_loads() {  # name base_url
     local name=$1 url=$2 load
@@ -120,8 +127,22 @@ run_loads() {  # name base_url
             args+=(--num-prompts 2 --max-tokens 4)
         fi
         log "$name: load ($load)"
+        local spy=""
+        if [ "$name" = ours ] && [ "$load" = a ] && [ -n "${BENCH_PYSPY:-}" ]; then
+            "$PEER_VENV/bin/pip" install -q py-spy >/dev/null 2>&1 || true
+            if [ -x "$PEER_VENV/bin/py-spy" ]; then
+                "$PEER_VENV/bin/py-spy" record --pid "$SERVER_PID" --rate 20 --threads --nonblocking \
+                    --duration "$limit" --format raw -o "$OUT/ours-a.pyspy.txt" >"$OUT/py-spy.log" 2>&1 &
+                spy=$!
+            fi
+        fi
         timeout "$((limit + 300))" "$PY" -m bench.serve "${common[@]}" "${args[@]}" --label "$name-$load" \
             --json "$OUT/$name-$load.json" || log "$name: load ($load) failed or timed out"
+        if [ -n "$spy" ]; then
+            kill -INT "$spy" 2>/dev/null || true
+            wait "$spy" 2>/dev/null || true
+            "$PY" -m bench.pyspy_summary "$OUT/ours-a.pyspy.txt" >"$OUT/ours-a.pyspy-summary.txt" 2>&1 || true
+        fi
     done
 }
 

@@ -74,8 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from inference import EngineConfig, LLMEngine, SamplingParams
 
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
     engine = LLMEngine(EngineConfig(model="default", max_num_seqs=args.max_num_seqs, max_model_len=2048))
+    print(f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}", flush=True)
     prompts = chat_prompts(engine.tokenizer, args.num_prompts)
     engine.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4))  # warm-up
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
