@@ -16,6 +16,7 @@ from pathlib import Path
 def summarize(path: Path, top: int, match: list[str]) -> str:
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
+    threads: Counter[str] = Counter()  # with `py-spy record --threads`, a frame names each thread
     total = 0
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         stack, _, count = line.rstrip().rpartition(" ")
@@ -24,12 +25,15 @@ def summarize(path: Path, top: int, match: list[str]) -> str:
         n = int(count)
         total += n
         frames = stack.split(";")
+        threads[next((f for f in frames[:2] if f.startswith("thread")), "(threads not recorded)")] += n
         own[frames[-1]] += n
         for frame in set(frames):
             inclusive[frame] += n
     if not total:
         return "no samples"
-    lines = [f"{total} samples", "", "own time:"]
+    lines = [f"{total} samples", "", "by thread:"]
+    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in threads.most_common(8)]
+    lines += ["", "own time:"]
     lines += [f"  {100 * n / total:5.1f}%  {frame[:140]}" for frame, n in own.most_common(top)]
     lines += ["", f"inclusive time (frames matching {', '.join(match) or 'anything'}):"]
     shown = 0
