@@ -46,13 +46,15 @@ def peak_rss_mib() -> float:
 def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from inference import EngineConfig, LLMEngine, SamplingParams
 
+    # An explicit KV budget sized for this batch, so peak RSS compares with HF's dynamic cache.
     engine = LLMEngine(
         EngineConfig(
             model="default",
             dtype=args.dtype,
             device=args.device,
-            max_model_len=1024,
+            max_model_len=512,
             max_num_seqs=args.num_prompts,
+            kv_cache_memory_bytes=args.kv_cache_mib << 20,
         )
     )
     prompts = build_prompts(engine.tokenizer, args.num_prompts)
@@ -112,6 +114,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--kv-cache-mib", type=int, default=512)
     parser.add_argument("--system", choices=["ours", "hf"])
     parser.add_argument("--model-dir")
     args = parser.parse_args()
