@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from inference.device import cpu_thread_count
 from inference.gguf_convert import ensure_converted
 from inference.loader import LoadedModel, default_gguf_path, load_model
 
 # One intra-op thread: test runs share 2 cores with Daphne servers and other workers, and contended
 # OpenMP barriers made 2-thread decode steps ~6x slower than 1-thread ones. Set before any runner exists.
 os.environ.setdefault("MOONCAKE_CPU_THREADS", "1")
+torch.set_num_threads(cpu_thread_count())  # the HF reference models run in this process too
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_CACHE_DIR = REPO_ROOT / "var" / "test-cache"
