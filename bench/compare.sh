@@ -83,7 +83,7 @@ stop_server() {  # pid
 }
 
 SERVER_PID=""
-cleanup() { [ -n "$SERVER_PID" ] && stop_server "$SERVER_PID"; }
+cleanup() { if [ -n "$SERVER_PID" ]; then stop_server "$SERVER_PID"; fi; }
 trap cleanup EXIT
 
 # ---- the peer's venv (own venv, CPU torch first so pip never pulls a CUDA build) ----------------------
@@ -107,7 +107,7 @@ EOF
 )
 grep -q LlamaForCausalLM "$MODEL_DIR/config.json" || { log "$MODEL_DIR/config.json is not a LlamaForCausalLM"; exit 1; }
 log "model directory: $MODEL_DIR"
-log "load before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; threads: ${BENCH_THREADS:-all cores}"
+log "load before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc --all) cores; threads: ${BENCH_THREADS:-all cores}"
 
 run_loads() {  # name base_url
     local name=$1 url=$2 load
@@ -207,6 +207,6 @@ case ${BENCH_ONLY:-both} in
     *) run_ours; run_peer ;;
 esac
 
-log "load after the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+log "load after the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc --all) cores"
 "$PY" -m bench.table "$OUT"
 log "results in $OUT"
