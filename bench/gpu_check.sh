@@ -25,6 +25,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export TMPDIR=${TMPDIR:-/tmp}
 
 "$PY" - <<'EOF'
+import importlib.util, sys
+missing = [m for m in ("torch", "transformers", "safetensors", "tokenizers", "numpy") if not importlib.util.find_spec(m)]
+if missing:
+    sys.exit(f"missing Python packages: {', '.join(missing)} (this check installs nothing: no network)")
 import torch, transformers
 cuda = torch.cuda.is_available()
 name = torch.cuda.get_device_name() if cuda else "no CUDA device"
