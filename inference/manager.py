@@ -165,16 +165,22 @@ class ModelManager:
 
     def get(self, name: str | None = None) -> AsyncEngine:
         """The loaded engine for name (None: the default); counts as use for LRU and keep-alive."""
-        if name is None:
-            if self.default_name is None:
-                raise NoModelLoadedError("no default model is configured")
-            name = self.default_name
-        entry = self._entries[self.resolve(name)]
+        engine = self.peek(name)
+        self.touch(name if name is not None else self._default_or_raise())
+        return engine
+
+    def peek(self, name: str | None = None) -> AsyncEngine:
+        """Like get(), without counting as use: for health probes, metrics scrapes and dashboards."""
+        entry = self._entries[self.resolve(name if name is not None else self._default_or_raise())]
         engine = entry.engine
         if engine is None:
             raise NoModelLoadedError(f"model {entry.info.name!r} is not loaded (state: {entry.info.state})")
-        self.touch(entry.info.name)
         return engine
+
+    def _default_or_raise(self) -> str:
+        if self.default_name is None:
+            raise NoModelLoadedError("no default model is configured")
+        return self.default_name
 
     def touch(self, name: str) -> None:
         with self._lock:

@@ -52,6 +52,19 @@ def test_lru_eviction_when_the_budget_is_exceeded(manager):
     assert states == {"a": "loaded", "b": "available", "c": "loaded"}
 
 
+def test_peek_is_not_use(manager):
+    """Health probes and metric scrapes peek: they must not keep an idle model alive or away from eviction."""
+    engine = manager.load("a")
+    used = {i.name: i.last_used for i in manager.list()}["a"]
+    time.sleep(0.01)
+    assert manager.peek() is engine and manager.peek("a-alias") is engine
+    assert {i.name: i.last_used for i in manager.list()}["a"] == used
+    manager.get("a")
+    assert {i.name: i.last_used for i in manager.list()}["a"] > used
+    with pytest.raises(NoModelLoadedError):
+        manager.peek("b")
+
+
 def test_refusal_says_needed_and_available():
     m = ModelManager(memory_budget_bytes=int(ENGINE_BYTES * 1.5), evict_lru=False, engine_factory=factory)
     m.register("a", EngineConfig())

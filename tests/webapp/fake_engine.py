@@ -326,6 +326,11 @@ class FakeModelManager:
         self._infos[name].state = "available"
 
     def get(self, name: str | None = None) -> FakeEngine:
+        engine = self.peek(name)
+        self._infos[self._resolve(name or str(self.default_name))].last_used = time.time()
+        return engine
+
+    def peek(self, name: str | None = None) -> FakeEngine:
         if name is None:
             if self.default_name is None:
                 raise NoModelLoadedError("no default model")
@@ -334,7 +339,6 @@ class FakeModelManager:
         engine = self._engines.get(name)
         if engine is None:
             raise NoModelLoadedError(f"model {name} is not loaded")
-        self._infos[name].last_used = time.time()
         return engine
 
     def set_default(self, name: str) -> None:

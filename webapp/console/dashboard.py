@@ -97,7 +97,7 @@ class Sampler:
             if info.state != "loaded":
                 continue
             try:
-                stats = manager.get(info.name).stats()  # type: ignore[union-attr]
+                stats = manager.peek(info.name).stats()  # type: ignore[union-attr]
             except Exception:
                 continue
             totals.generation_tokens += stats.generation_tokens_total

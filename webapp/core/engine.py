@@ -152,7 +152,7 @@ def engines_busy() -> int:
         if info.state != "loaded":
             continue
         try:
-            stats = manager.get(info.name).stats()
+            stats = manager.peek(info.name).stats()
         except Exception:
             logger.debug("Engine %s vanished while counting busy requests", info.name, exc_info=True)
             continue

@@ -39,7 +39,7 @@ def default_engine_readiness() -> Readiness:
     models = _model_states(manager)
     default = manager.default_name
     try:
-        engine = manager.get(None)
+        engine = manager.peek(None)
     except EngineError as exc:
         state = next((m for m in models if m["name"] == default), None)
         if state is not None and state["state"] == "loading":

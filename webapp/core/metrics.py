@@ -33,7 +33,7 @@ def _loaded_engines() -> Iterator[tuple[str, Any]]:
         if info.state != "loaded":
             continue
         try:
-            yield info.name, manager.get(info.name).stats()
+            yield info.name, manager.peek(info.name).stats()
         except Exception:
             # Unloaded between list() and get(): it simply has no sample in this scrape.
             logger.debug("No stats for %s", info.name, exc_info=True)

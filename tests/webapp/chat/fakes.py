@@ -74,6 +74,8 @@ class FakeManager:
             raise NoModelLoadedError("no model is loaded")
         return self.engine
 
+    peek = get  # the chat fake keeps no last-used time, so reading without use is the same
+
     def list(self) -> list[Any]:
         state = "loaded" if self.loaded else "loading" if self.loading else "available"
         return [SimpleNamespace(name=self.engine.model_name, state=state)]

@@ -16,7 +16,7 @@ def _card(info: Any, manager: Any) -> ModelCard:
     max_len = None
     if getattr(info, "state", None) == "loaded":
         try:
-            max_len = int(manager.get(info.name).max_model_len)
+            max_len = int(manager.peek(info.name).max_model_len)
         except Exception:
             max_len = None
     return ModelCard(
