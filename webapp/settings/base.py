@@ -42,6 +42,16 @@ MOONCAKE_API_AUTH = env_choice("MOONCAKE_API_AUTH", "required", ("required", "of
 MOONCAKE_DRAIN_TIMEOUT = float(env_int("MOONCAKE_DRAIN_TIMEOUT", 30))
 # Memory the model manager may spend on loaded models (0 = no budget).
 MOONCAKE_MEMORY_BUDGET_BYTES = env_int("MOONCAKE_MEMORY_BUDGET_BYTES", 0)
+# Seconds an API request may generate before it is cut off (finish_reason "length").
+MOONCAKE_API_REQUEST_TIMEOUT = float(env_int("MOONCAKE_API_REQUEST_TIMEOUT", 600))
+# Fallback limits for keys and users with none of their own, and for callers when auth is off (0 = unlimited).
+MOONCAKE_API_LIMITS: dict[str, int | None] = {
+    "requests_per_minute": env_int("MOONCAKE_API_REQUESTS_PER_MINUTE", 0) or None,
+    "tokens_per_minute": env_int("MOONCAKE_API_TOKENS_PER_MINUTE", 0) or None,
+    "max_concurrent_requests": env_int("MOONCAKE_API_MAX_CONCURRENT", 0) or None,
+}
+# Prompt text is the users' data: the request log keeps it only when an admin asks for it.
+MOONCAKE_API_LOG_PROMPTS = env_bool("MOONCAKE_API_LOG_PROMPTS", False)
 
 SECRET_KEY = env_str("SECRET_KEY", "")
 DEBUG = env_bool("DEBUG", False)
@@ -140,6 +150,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = (
         "data_folder_in": str(CELERY_DIR / "queue"),
         "data_folder_out": str(CELERY_DIR / "queue"),
         "processed_folder": str(CELERY_DIR / "processed"),
+        # Without this kombu writes its exchange files into ./control of whatever directory it runs in.
+        "control_folder": str(CELERY_DIR / "control"),
         "store_processed": False,
     }
     if CELERY_BROKER_URL.startswith("filesystem")
@@ -147,7 +159,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = (
 )
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", f"file://{CELERY_DIR / 'results'}")
 # kombu's filesystem transport and Celery's file result backend refuse folders that do not exist.
-for _folder in (DATA_DIR, CELERY_DIR / "queue", CELERY_DIR / "processed", CELERY_DIR / "results"):
+for _folder in (DATA_DIR, *(CELERY_DIR / name for name in ("queue", "processed", "results", "control"))):
     _folder.mkdir(parents=True, exist_ok=True)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
