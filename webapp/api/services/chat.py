@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from webapp.api.schemas.chat import ChatCompletionRequest
+from webapp.api.services.defaults import apply_chat_defaults
 from webapp.api.services.engine_access import model_name, vocab_size
 from webapp.api.services.generation import Generation, merged, run_to_end, timed_out_error
 from webapp.api.services.grammar import GrammarLogitsProcessor, json_schema_grammar, ll_tokenizer
@@ -34,6 +35,8 @@ def _grammar(
 
 
 def prepare_chat(engine: Any, body: ChatCompletionRequest) -> Job:
+    name = model_name(engine, body.model)
+    body = apply_chat_defaults(body, model=name)
     plan = tool_plan(body)
     ids = render_chat(
         engine,
@@ -53,7 +56,7 @@ def prepare_chat(engine: Any, body: ChatCompletionRequest) -> Job:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     last_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     return Job(
-        model=model_name(engine, body.model),
+        model=name,
         prompts=[ids],
         params=params,
         stream=body.stream,

@@ -6,12 +6,12 @@ import logging
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import transaction
 
 from webapp.accounts.services import usage_record
 from webapp.api.auth import Caller
 from webapp.api.models import RequestLog
+from webapp.console.engine_settings import log_prompts_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,8 @@ class RequestRecord:
 
 
 def _write(caller: Caller, record: RequestRecord) -> None:
-    log_prompts = bool(getattr(settings, "MOONCAKE_API_LOG_PROMPTS", False))
+    # The console's row, not this process's settings: an admin's switch reaches every replica.
+    log_prompts = log_prompts_enabled()
     with transaction.atomic():
         RequestLog.objects.create(
             user_id=caller.user_id,

@@ -1,0 +1,101 @@
+"""The console's defaults applied to API requests: the request, then the model's, then the global ones.
+
+Layering matches the chat app (webapp.chat.selectors): the console's global sampling tuning, overlaid
+with the model's own defaults, fill only the fields a request left out; what remains unset keeps
+OpenAI's defaults (the engine's SamplingParams defaults).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from webapp.api.schemas.chat import ChatCompletionRequest, ChatMessage
+from webapp.api.schemas.common import SamplingFields
+
+logger = logging.getLogger(__name__)
+
+# Request fields a console default may fill in; anything else in a model's defaults is ignored.
+DEFAULTABLE = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "max_tokens",
+    "min_tokens",
+)
+
+Body = TypeVar("Body", bound=SamplingFields)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDefaults:
+    sampling: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str = ""
+
+
+def request_defaults(*, model: str) -> RequestDefaults:
+    """Global sampling defaults overlaid with `model`'s own (name or alias), from the console's tables."""
+    from webapp.console.models import EngineSettings
+    from webapp.console.registry import model_defaults
+
+    sampling: dict[str, Any] = {}
+    tuning = EngineSettings.objects.order_by("pk").first()
+    if tuning is not None:
+        pairs = [
+            ("temperature", tuning.default_temperature),
+            ("top_p", tuning.default_top_p),
+            ("max_tokens", tuning.default_max_tokens),
+        ]
+        sampling.update({k: v for k, v in pairs if v is not None})
+    per_model: dict[str, Any] = model_defaults(model) if model else {"sampling": {}, "system_prompt": ""}
+    sampling.update({k: v for k, v in per_model["sampling"].items() if v is not None})
+    return RequestDefaults(sampling=_valid(sampling), system_prompt=str(per_model["system_prompt"] or ""))
+
+
+def _valid(sampling: dict[str, Any]) -> dict[str, Any]:
+    """Defaults the API itself would accept; a bad console value is skipped, not a 400 for every client."""
+    out: dict[str, Any] = {}
+    for name, value in sampling.items():
+        if name not in DEFAULTABLE:
+            continue
+        try:
+            checked = SamplingFields.model_validate({name: value})
+        except ValidationError:
+            logger.warning("ignoring console default %s=%r: not a valid API value", name, value)
+            continue
+        out[name] = getattr(checked, name)
+    return out
+
+
+def _omitted(body: SamplingFields, name: str) -> bool:
+    # An explicit null means "use the default", as in OpenAI's API.
+    if name == "max_tokens" and isinstance(body, ChatCompletionRequest):
+        return body.token_limit() is None
+    return name not in body.model_fields_set or getattr(body, name) is None
+
+
+def apply_sampling_defaults(body: Body, defaults: RequestDefaults) -> Body:
+    """`body` with the defaults filled into the fields it omitted; explicit request values always win."""
+    update = {k: v for k, v in defaults.sampling.items() if _omitted(body, k)}
+    return body.model_copy(update=update) if update else body
+
+
+def apply_system_prompt(messages: list[ChatMessage], defaults: RequestDefaults) -> list[ChatMessage]:
+    """The model's default system prompt first, unless the request brings its own system message."""
+    if not defaults.system_prompt or any(m.role in ("system", "developer") for m in messages):
+        return messages
+    return [ChatMessage(role="system", content=defaults.system_prompt), *messages]
+
+
+def apply_chat_defaults(body: ChatCompletionRequest, *, model: str) -> ChatCompletionRequest:
+    defaults = request_defaults(model=model)
+    body = apply_sampling_defaults(body, defaults)
+    messages = apply_system_prompt(body.messages, defaults)
+    return body.model_copy(update={"messages": messages}) if messages is not body.messages else body
