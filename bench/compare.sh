@@ -19,6 +19,7 @@
 # BENCH_SMOKE=1 (each load cut to 2 requests of 4 tokens: checks the plumbing, measures nothing),
 # BENCH_THREADS=N (intra-op threads of BOTH servers: MOONCAKE_CPU_THREADS for ours, OMP_NUM_THREADS for
 # both; unset = each uses every core, which is the fair default on an otherwise idle machine),
+# BENCH_OURS_DTYPE (our server's dtype, default float32 like the peer; bfloat16 uses AMX where present),
 # BENCH_PYSPY=1 (py-spy, installed into the peer venv, samples our server at 20 Hz during load (a):
 # ours-a.pyspy.txt and its summary ours-a.pyspy-summary.txt; external sampling, about 1% of a core).
 set -euo pipefail
@@ -154,7 +155,7 @@ run_ours() {
     cat >"$data/mooncake.yaml" <<EOF
 model:
   model_id: default
-  dtype: float32
+  dtype: ${BENCH_OURS_DTYPE:-float32}
 engine:
   kv_cache_memory_bytes: $KV_BYTES
 EOF
