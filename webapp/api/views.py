@@ -42,7 +42,7 @@ async def chat_completions(request: HttpRequest, payload: ChatCompletionRequest)
         endpoint="chat.completions",
         model=payload.model,
         stream=payload.stream,
-        prepare=lambda engine: prepare_chat(engine, payload),
+        prepare=lambda engine, defaults: prepare_chat(engine, payload, defaults=defaults),
         renderer=ChatRenderer(),
     )
 
@@ -59,7 +59,7 @@ async def completions(request: HttpRequest, payload: CompletionRequest) -> HttpR
         endpoint="completions",
         model=payload.model,
         stream=payload.stream,
-        prepare=lambda engine: prepare_completion(engine, payload),
+        prepare=lambda engine, defaults: prepare_completion(engine, payload, defaults=defaults),
         renderer=CompletionRenderer(),
     )
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from webapp.api.schemas.chat import ChatCompletionRequest
-from webapp.api.services.defaults import apply_chat_defaults
+from webapp.api.services.defaults import RequestDefaults, apply_chat_defaults
 from webapp.api.services.engine_access import model_name, vocab_size
 from webapp.api.services.generation import Generation, merged, run_to_end, timed_out_error
 from webapp.api.services.grammar import GrammarLogitsProcessor, json_schema_grammar, ll_tokenizer
@@ -34,9 +34,8 @@ def _grammar(
     return [GrammarLogitsProcessor(tokenizer, grammar, prompt_len=prompt_len)]
 
 
-def prepare_chat(engine: Any, body: ChatCompletionRequest) -> Job:
-    name = model_name(engine, body.model)
-    body = apply_chat_defaults(body, model=name)
+def prepare_chat(engine: Any, body: ChatCompletionRequest, *, defaults: RequestDefaults) -> Job:
+    body = apply_chat_defaults(body, defaults)
     plan = tool_plan(body)
     ids = render_chat(
         engine,
@@ -56,7 +55,7 @@ def prepare_chat(engine: Any, body: ChatCompletionRequest) -> Job:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     last_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     return Job(
-        model=name,
+        model=model_name(engine, body.model),
         prompts=[ids],
         params=params,
         stream=body.stream,

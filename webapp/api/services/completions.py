@@ -10,7 +10,7 @@ from typing import Any
 from inference import CompletionOutput, RequestOutput
 from webapp.api.errors import invalid
 from webapp.api.schemas.completions import CompletionRequest
-from webapp.api.services.defaults import apply_sampling_defaults, request_defaults
+from webapp.api.services.defaults import RequestDefaults, apply_sampling_defaults
 from webapp.api.services.engine_access import model_name, vocab_size
 from webapp.api.services.generation import Generation, merged, run_to_end, timed_out_error
 from webapp.api.services.logprobs import (
@@ -37,9 +37,8 @@ def _prompt_list(engine: Any, prompt: Any) -> tuple[list[list[int]], list[str | 
     return [list(p) for p in prompt], [None] * len(prompt)
 
 
-def prepare_completion(engine: Any, body: CompletionRequest) -> Job:
-    name = model_name(engine, body.model)
-    body = apply_sampling_defaults(body, request_defaults(model=name))
+def prepare_completion(engine: Any, body: CompletionRequest, *, defaults: RequestDefaults) -> Job:
+    body = apply_sampling_defaults(body, defaults)
     prompts, texts = _prompt_list(engine, body.prompt)
     max_tokens = body.token_limit()
     for ids in prompts:
@@ -57,7 +56,7 @@ def prepare_completion(engine: Any, body: CompletionRequest) -> Job:
     ]
     first_tokens = [engine.tokenizer.decode(ids[:1]) for ids in prompts]
     return Job(
-        model=name,
+        model=model_name(engine, body.model),
         prompts=prompts,
         params=params,
         stream=body.stream,

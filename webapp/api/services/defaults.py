@@ -94,8 +94,7 @@ def apply_system_prompt(messages: list[ChatMessage], defaults: RequestDefaults) 
     return [ChatMessage(role="system", content=defaults.system_prompt), *messages]
 
 
-def apply_chat_defaults(body: ChatCompletionRequest, *, model: str) -> ChatCompletionRequest:
-    defaults = request_defaults(model=model)
+def apply_chat_defaults(body: ChatCompletionRequest, defaults: RequestDefaults) -> ChatCompletionRequest:
     body = apply_sampling_defaults(body, defaults)
     messages = apply_system_prompt(body.messages, defaults)
     return body.model_copy(update={"messages": messages}) if messages is not body.messages else body

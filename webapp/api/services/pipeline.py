@@ -14,13 +14,15 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from inference import SamplingParams
 from webapp.api.auth import Caller, authenticate
 from webapp.api.errors import APIError
-from webapp.api.services.engine_access import engine_for
+from webapp.api.services.defaults import RequestDefaults, request_defaults
+from webapp.api.services.engine_access import engine_for, model_name
 from webapp.api.services.generation import Generation, new_request_id, request_timeout_s, start_all
 from webapp.api.services.limits import Admission, limiter
 from webapp.api.services.streaming import sse_frames
@@ -98,15 +100,17 @@ async def run_generation(
     endpoint: str,
     model: str | None,
     stream: bool,
-    prepare: Callable[[Any], Job],
+    prepare: Callable[[Any, RequestDefaults], Job],
     renderer: Renderer,
 ) -> HttpResponseBase:
     caller = await authenticate(request)
     run = RequestRun(caller, RequestRecord(endpoint=endpoint, stream=stream, model=model or ""))
     try:
         engine = await engine_for(model)
+        # The console's defaults are a DB read: on Django's thread-sensitive path, like auth and usage.
+        defaults = await sync_to_async(request_defaults)(model=model_name(engine, model))
         # Templates, tokenization and grammar compilation are CPU work: keep them off the event loop.
-        job = await asyncio.to_thread(prepare, engine)
+        job = await asyncio.to_thread(prepare, engine, defaults)
         run.record.model = job.model
         run.record.prompt_text = job.prompt_text
         run.admission = limiter.admit(caller.limit_checks)
