@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from tests.conftest import LiveDaphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
 USER, PASSWORD = "chat-e2e", "chat-e2e-password-1"
 # Records every length the newest reply has shown, to prove it grows in steps rather than at once.
@@ -35,22 +33,6 @@ def shot(page: Any, name: str) -> None:
     if os.environ.get("MOONCAKE_SCREENSHOTS"):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / name))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium chromium-driver)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield instance
-        instance.close()
 
 
 @pytest.fixture(scope="module")

