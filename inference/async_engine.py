@@ -3,6 +3,10 @@
 Callers never touch the LLMEngine directly: they queue commands (add, abort) that the engine thread
 applies at the start of each iteration, and get outputs pushed with loop.call_soon_threadsafe into one
 asyncio.Queue per request. The thread sleeps on a condition while there is no work.
+
+A restart hands over: `hand_over` stops the engine but returns the requests that never started, streams
+intact, and the successor's `adopt` feeds them on, so their `generate()` iterators keep streaming. A stream
+records its current owner, so closing the iterator aborts the request wherever it now runs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from inference.engine import LLMEngine
 from inference.errors import EngineDeadError, QueueFullError
 from inference.metrics import EngineStats
 from inference.outputs import RequestOutput
+from inference.request import Request
 from inference.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -37,6 +42,8 @@ class EngineHealth:
 class _Stream:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue[RequestOutput | BaseException]
+    owner: AsyncEngine  # the engine running the request now; changes when a successor adopts it
+    closed: bool = False  # the consumer is gone: a successor must not adopt the request
 
 
 @dataclass(slots=True)
@@ -47,6 +54,33 @@ class _Add:
     params: SamplingParams
     priority: int
     arrival_time: float
+
+    @classmethod
+    def of(cls, request: Request) -> _Add:
+        return cls(
+            request.request_id,
+            request.prompt_token_ids,
+            request.prompt,
+            request.params,
+            request.root.priority,
+            request.metrics.arrival_time,
+        )
+
+
+@dataclass(slots=True)
+class QueuedRequest:
+    """A request that never started, handed over by a stopping engine for its successor to adopt."""
+
+    command: _Add
+    stream: _Stream
+
+    @property
+    def request_id(self) -> str:
+        return self.command.request_id
+
+    def fail(self, error: BaseException) -> None:
+        """End the request's stream with error (no successor can run it)."""
+        _push(self.stream, error)
 
 
 class AsyncEngine:
@@ -61,6 +95,10 @@ class AsyncEngine:
         self._streams: dict[str, _Stream] = {}
         self._accepting = True
         self._stop = False
+        self._handing_over = False
+        self._handed: list[QueuedRequest] = []  # taken out of the LLMEngine by the engine thread
+        self._handed_event = threading.Event()
+        self._moved: dict[str, _Stream] = {}  # handed-over streams, so abort() reaches their new owner
         self._health = EngineHealth("ready")
         self._stats = engine.stats()
         self._thread = threading.Thread(
@@ -123,7 +161,7 @@ class AsyncEngine:
             raise EngineDeadError(self._health.error or "the engine is shut down")
         token_ids = self.engine.encode(prompt)
         self.engine.check_prompt(token_ids, params)
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), self)
         with self._cond:
             if not self._accepting or self._health.state == "dead":
                 raise EngineDeadError(self._health.error or "the engine is shut down")
@@ -148,10 +186,13 @@ class AsyncEngine:
                     return
         finally:
             if not finished:
-                self._submit_abort(request_id)
+                stream.closed = True  # set before reading the owner: adopt() sets the owner, then checks
+                stream.owner._submit_abort(request_id)
 
     async def abort(self, request_id: str) -> None:
-        self._submit_abort(request_id)
+        with self._cond:
+            moved = self._moved.get(request_id)
+        (moved.owner if moved is not None else self)._submit_abort(request_id)
 
     def health(self) -> EngineHealth:
         return EngineHealth(self._health.state, self._health.error)
@@ -163,7 +204,58 @@ class AsyncEngine:
         """Stop accepting, let running requests finish for up to drain_timeout seconds, then stop."""
         with self._cond:
             self._accepting = False
+        self._drain_and_stop(time.monotonic() + drain_timeout)
+
+    def hand_over(self, *, drain_timeout: float = 0.0) -> list[QueuedRequest]:
+        """Like shutdown, but requests that never started are returned for a successor instead of aborted."""
         deadline = time.monotonic() + drain_timeout
+        with self._cond:
+            self._accepting = False
+            alive = self._health.state != "dead"
+            handed: list[QueuedRequest] = []
+            if alive:
+                # Adds still in the command queue never reached the LLMEngine: take them as they are.
+                adds = [c for c in self._commands if isinstance(c, _Add)]
+                self._commands = [c for c in self._commands if not isinstance(c, _Add)]
+                handed = [QueuedRequest(a, s) for a in adds if (s := self._streams.pop(a.request_id, None))]
+                self._handing_over = True
+                self._cond.notify()
+        while alive and not self._handed_event.wait(0.01):
+            if not self._thread.is_alive():
+                break
+        with self._cond:
+            handed += self._handed
+            self._handed = []
+            self._moved = {q.request_id: q.stream for q in handed}
+        self._drain_and_stop(deadline)
+        return sorted(handed, key=lambda q: q.command.arrival_time)
+
+    def adopt(self, requests: list[QueuedRequest]) -> None:
+        """Run requests handed over by a predecessor; their original generate() iterators get the outputs."""
+        for queued in requests:
+            command, stream = queued.command, queued.stream
+            if command.prompt is not None:  # this model's tokenizer decides, should the source have changed
+                command.prompt_token_ids = self.engine.encode(command.prompt)
+            try:
+                self.engine.check_prompt(command.prompt_token_ids, command.params)
+            except ValueError as exc:  # PromptTooLongError when the new context is smaller
+                _push(stream, exc)
+                continue
+            with self._cond:
+                if not self._accepting or self._health.state == "dead":
+                    _push(stream, EngineDeadError(self._health.error or "the engine is shut down"))
+                    continue
+                if command.request_id in self._streams:
+                    _push(stream, ValueError(f"request id {command.request_id!r} is already in use"))
+                    continue
+                stream.owner = self  # before the closed check: see generate()'s finally
+                if stream.closed:
+                    continue
+                self._streams[command.request_id] = stream
+                self._commands.append(command)
+                self._cond.notify()
+
+    def _drain_and_stop(self, deadline: float) -> None:
         while time.monotonic() < deadline and self._thread.is_alive() and self._busy():
             time.sleep(0.01)
         with self._cond:
@@ -186,11 +278,19 @@ class AsyncEngine:
         try:
             while True:
                 with self._cond:
-                    while not (self._commands or self._stop or self.engine.has_unfinished_requests()):
+                    while not (
+                        self._commands
+                        or self._stop
+                        or self.engine.has_unfinished_requests()
+                        or (self._handing_over and not self._handed_event.is_set())
+                    ):
                         self._cond.wait()
                     commands, self._commands = self._commands, []
                     stop = self._stop
+                    take = self._handing_over and not self._handed_event.is_set()
                 self._apply(commands)
+                if take:
+                    self._take_unscheduled()
                 outputs = self.engine.step() if self.engine.has_unfinished_requests() else []
                 self._stats = self.engine.stats()
                 self._deliver(outputs)
@@ -216,6 +316,15 @@ class AsyncEngine:
                 )
             except (ValueError, QueueFullError) as exc:  # checked up front; only a race gets here
                 self._deliver_error(command.request_id, exc)
+
+    def _take_unscheduled(self) -> None:
+        requests = self.engine.take_unscheduled()
+        with self._cond:
+            for request in requests:
+                stream = self._streams.pop(request.request_id, None)
+                if stream is not None:
+                    self._handed.append(QueuedRequest(_Add.of(request), stream))
+        self._handed_event.set()
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:
         with self._cond:

@@ -136,6 +136,19 @@ class LLMEngine:
         self.scheduler.finish_requests(list(request.seqs.values()), SequenceStatus.FINISHED_ABORTED)
         self._pending.append(self._finalize(request, time.time()))
 
+    def take_unscheduled(self) -> list[Request]:
+        """Remove and return requests never scheduled (no tokens computed, no output), for a successor engine.
+
+        They leave through the scheduler's one exit path; nothing is reported for them here, and they do not
+        count as served by this engine.
+        """
+        taken = [r for r in self._requests.values() if r.metrics.first_scheduled_time is None]
+        for request in taken:
+            self.scheduler.finish_requests(list(request.seqs.values()), SequenceStatus.FINISHED_ABORTED)
+            del self._requests[request.request_id]
+            self.metrics.requests_total -= 1
+        return taken
+
     def has_unfinished_requests(self) -> bool:
         return bool(self._requests or self._pending)
 

@@ -14,7 +14,7 @@ import torch
 
 from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
-from inference.errors import InsufficientMemoryError, NoModelLoadedError, UnknownModelError
+from inference.errors import EngineDeadError, InsufficientMemoryError, NoModelLoadedError, UnknownModelError
 
 ModelState = Literal["available", "loading", "loaded", "unloading", "failed"]
 
@@ -116,37 +116,93 @@ class ModelManager:
             return [self._info(name) for name in self._entries]
 
     # ---- loading ----------------------------------------------------------------------------------
+    def reconfigure(
+        self,
+        name: str,
+        config: EngineConfig,
+        *,
+        aliases: builtins.list[str] | None = None,
+        keep_alive_seconds: float | None = None,
+        drain_timeout: float = 0.0,
+    ) -> None:
+        """Swap a model's config; a loaded model restarts gracefully and keeps its queued requests.
+
+        New requests get NoModelLoadedError (state "loading") meanwhile; running ones drain for up to
+        drain_timeout and are then aborted; ones that never started move to the new engine, or get
+        EngineDeadError (PromptTooLongError when their prompt no longer fits) if they cannot run there.
+        """
+        aliases = list(aliases or [])
+        if keep_alive_seconds is not None and keep_alive_seconds <= 0:
+            raise ValueError(f"keep_alive_seconds must be > 0, got {keep_alive_seconds}")
+        name = self.resolve(name)
+        entry = self._entries[name]
+        with entry.load_lock:
+            with self._lock:
+                for key in [name, *aliases]:
+                    if self._aliases.get(key, name) != name or (key != name and key in self._entries):
+                        raise ValueError(f"model name or alias {key!r} is already registered")
+                for alias in entry.info.aliases:
+                    self._aliases.pop(alias, None)
+                self._aliases.update(dict.fromkeys(aliases, name))
+                entry.config = config
+                entry.info = replace(
+                    entry.info, aliases=aliases, source=config.model, keep_alive_seconds=keep_alive_seconds
+                )
+                engine, entry.engine = entry.engine, None
+                if engine is None:
+                    if entry.info.state == "failed":  # the new config deserves a fresh try
+                        entry.info.state, entry.info.error = "available", None
+                    return
+                entry.info.state, entry.info.error = "loading", None
+            queued = engine.hand_over(drain_timeout=drain_timeout)
+            with self._lock:
+                entry.served_before += engine.stats().requests_total
+            del engine
+            gc.collect()
+            free_torch_memory()
+            try:
+                new_engine = self._load_locked(entry)
+            except Exception as exc:
+                for request in queued:
+                    request.fail(EngineDeadError(f"model {name!r} failed to restart: {exc}"))
+                raise
+            new_engine.adopt(queued)
+
     def load(self, name: str) -> AsyncEngine:
         entry = self._entries[self.resolve(name)]
         with entry.load_lock:
             if entry.engine is not None:
                 self.touch(entry.info.name)
                 return entry.engine
-            with self._lock:
-                entry.info.state, entry.info.error = "loading", None
+            return self._load_locked(entry)
+
+    def _load_locked(self, entry: _Entry) -> AsyncEngine:
+        """Load entry's engine; the caller holds entry.load_lock."""
+        with self._lock:
+            entry.info.state, entry.info.error = "loading", None
+        try:
+            self._make_room(entry, entry.info.memory_bytes or 0)  # known from an earlier load
+            engine = self._factory(entry.config)
             try:
-                self._make_room(entry, entry.info.memory_bytes or 0)  # known from an earlier load
-                engine = self._factory(entry.config)
-                try:
-                    self._make_room(entry, engine.memory_bytes)
-                except InsufficientMemoryError:
-                    engine.shutdown()
-                    raise
-            except Exception as exc:
-                with self._lock:
-                    entry.info.state, entry.info.error = "failed", f"{type(exc).__name__}: {exc}"
+                self._make_room(entry, engine.memory_bytes)
+            except InsufficientMemoryError:
+                engine.shutdown()
                 raise
+        except Exception as exc:
             with self._lock:
-                entry.engine = engine
-                entry.info = replace(
-                    entry.info,
-                    state="loaded",
-                    memory_bytes=engine.memory_bytes,
-                    kv_capacity_tokens=engine.kv_capacity_tokens,
-                    last_used=time.time(),
-                    **engine.model_details,
-                )
-            return engine
+                entry.info.state, entry.info.error = "failed", f"{type(exc).__name__}: {exc}"
+            raise
+        with self._lock:
+            entry.engine = engine
+            entry.info = replace(
+                entry.info,
+                state="loaded",
+                memory_bytes=engine.memory_bytes,
+                kv_capacity_tokens=engine.kv_capacity_tokens,
+                last_used=time.time(),
+                **engine.model_details,
+            )
+        return engine
 
     def unload(self, name: str, *, drain_timeout: float = 0.0) -> None:
         entry = self._entries[self.resolve(name)]

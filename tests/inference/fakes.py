@@ -9,11 +9,13 @@ reference continuation can be computed without any cache (`reference_greedy`).
 from __future__ import annotations
 
 import hashlib
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
 from inference.model_io import ScheduledChunk, StepLogits
@@ -118,3 +120,11 @@ def fake_engine(
     runner = FakeRunner(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len)
     cfg = EngineConfig(model="fake", block_size=block_size, **config)
     return LLMEngine(cfg, loaded=fake_loaded(), runner=runner)
+
+
+def slow_async_engine(*, max_num_seqs: int = 2, max_model_len: int = 200) -> AsyncEngine:
+    """Few sequences at a time and a slow step, so further requests stay queued (restart tests)."""
+    llm = fake_engine(max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+    execute = llm.runner.execute
+    llm.runner.execute = lambda chunks: (time.sleep(0.01), execute(chunks))[1]
+    return AsyncEngine(llm)

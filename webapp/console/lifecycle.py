@@ -7,7 +7,7 @@ from typing import Any
 from webapp.console.engine_settings import engine_settings_get
 from webapp.console.jobs import ProcessJob, process_jobs
 from webapp.console.models import EngineSettings, ModelRegistration
-from webapp.console.registry import manager_register, sync_manager
+from webapp.console.registry import engine_config_for, manager_options, manager_register, sync_manager
 
 
 class ModelActionError(RuntimeError):
@@ -55,25 +55,24 @@ def model_set_default(*, name: str) -> None:
 def _restart(manager: Any, registration: ModelRegistration, tuning: EngineSettings) -> str:
     name = registration.name
     info = next((i for i in manager.list() if i.name == name), None)
-    was_loaded = info is not None and info.state == "loaded"
-    was_default = manager.default_name == name
-    if info is not None:
-        if was_loaded:
-            manager.unload(name, drain_timeout=float(tuning.drain_timeout_seconds))
-        manager.unregister(name)
-    manager_register(manager, registration, tuning)
-    if was_default:
-        manager.set_default(name)
-    if was_loaded:
-        manager.load(name)
+    if info is None:
+        manager_register(manager, registration, tuning)
+        return f"{name} registered"
+    was_loaded = info.state == "loaded"
+    manager.reconfigure(
+        name,
+        engine_config_for(registration, tuning),
+        drain_timeout=float(tuning.drain_timeout_seconds),
+        **manager_options(registration),
+    )
     return f"{name} restarted" if was_loaded else f"{name} re-registered"
 
 
 def model_restart(*, registration: ModelRegistration) -> ProcessJob:
-    """Re-register with the current settings; a loaded model drains, reloads, and stays the default.
+    """Apply the current settings; a loaded model restarts gracefully and stays the default.
 
-    Running and queued requests get `drain_timeout_seconds` to finish; the engine aborts whatever is left
-    (its queue does not survive a shutdown), and requests arriving meanwhile get a 503 with Retry-After.
+    Running requests get `drain_timeout_seconds` to finish, then are aborted; queued requests that have not
+    started are kept and run on the restarted engine. Requests arriving meanwhile get a 503 with Retry-After.
     """
     manager = sync_manager()
     tuning = engine_settings_get()
@@ -81,7 +80,7 @@ def model_restart(*, registration: ModelRegistration) -> ProcessJob:
 
 
 def restart_all() -> ProcessJob:
-    """Restart every registered model one after another (after a tuning change); loaded ones drain first."""
+    """Restart every registered model one after another (after a tuning change); queued requests are kept."""
     manager = sync_manager()
     tuning = engine_settings_get()
     rows = list(ModelRegistration.objects.all())

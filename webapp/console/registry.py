@@ -31,15 +31,17 @@ def engine_config_for(registration: ModelRegistration, tuning: EngineSettings | 
     return EngineConfig.from_dict(values)
 
 
-def manager_register(manager: Any, registration: ModelRegistration, tuning: EngineSettings) -> None:
-    extra: dict[str, Any] = {}
+def manager_options(registration: ModelRegistration) -> dict[str, Any]:
+    """The manager's aliases and keep-alive for a registration (register and reconfigure take both)."""
+    options: dict[str, Any] = {"aliases": list(registration.aliases)}
     if registration.keep_alive_seconds:
-        extra["keep_alive_seconds"] = float(registration.keep_alive_seconds)
+        options["keep_alive_seconds"] = float(registration.keep_alive_seconds)
+    return options
+
+
+def manager_register(manager: Any, registration: ModelRegistration, tuning: EngineSettings) -> None:
     manager.register(
-        registration.name,
-        engine_config_for(registration, tuning),
-        aliases=list(registration.aliases),
-        **extra,
+        registration.name, engine_config_for(registration, tuning), **manager_options(registration)
     )
 
 

@@ -33,6 +33,15 @@ class SizedFakeEngine(FakeEngine):
             "dtype": config.dtype if config.dtype != "auto" else "float32",
             "size_on_disk": 90 * MIB,
         }
+        self.adopted: list[Any] = []
+
+    def hand_over(self, *, drain_timeout: float = 0.0) -> list[Any]:
+        """The manager's restart path: a scripted fake has no queue to hand over."""
+        self.shutdown(drain_timeout=drain_timeout)
+        return []
+
+    def adopt(self, requests: list[Any]) -> None:
+        self.adopted.append(requests)
 
 
 @pytest.fixture

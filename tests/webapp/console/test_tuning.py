@@ -66,6 +66,7 @@ def test_apply_restarts_loaded_engines_and_audits(
     assert response.status_code == 302
     process_jobs.wait_all()
     assert engines[0].shutdown_calls == [5.0]  # drained with the new timeout
+    assert engines[1].adopted == [[]]  # through ModelManager.reconfigure: queued requests are handed over
     assert len(engines) == 2 and engines[1].config.max_num_seqs == 8
     assert engines[1].config.max_num_batched_tokens == 512
     assert manager.default_name == "base"
