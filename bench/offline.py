@@ -15,28 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-TOPICS = ["the moon", "tea", "rivers", "old clocks", "bicycles", "winter", "bread", "libraries"]
-ASKS = [
-    "Write two sentences about {}.",
-    "Explain {} to a child.",
-    "List three facts about {}.",
-    "Tell a short story about {}.",
-    "Why do people like {}?",
-    "Describe {} in detail.",
-    "What is the history of {}?",
-    "Give advice about {}.",
-]
-
-
-def build_prompts(tokenizer: Any, count: int) -> list[list[int]]:
-    prompts = []
-    for i in range(count):
-        question = ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)])
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
-        )
-        prompts.append([int(t) for t in (ids if isinstance(ids, list) else ids["input_ids"])])
-    return prompts
+from bench.prompts import chat_prompt_ids
 
 
 def peak_rss_mib() -> float:
@@ -57,7 +36,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
             kv_cache_memory_bytes=args.kv_cache_mib << 20,
         )
     )
-    prompts = build_prompts(engine.tokenizer, args.num_prompts)
+    prompts = chat_prompt_ids(engine.tokenizer, args.num_prompts)
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     engine.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=2))  # warm-up
     started = time.perf_counter()
@@ -81,7 +60,7 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype).to(args.device).eval()
-    prompts = build_prompts(tokenizer, args.num_prompts)
+    prompts = chat_prompt_ids(tokenizer, args.num_prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(map(len, prompts))
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=args.device)

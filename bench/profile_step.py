@@ -19,19 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from bench.serve import ASKS, TOPICS
-
-
-def chat_prompts(tokenizer: Any, count: int) -> list[list[int]]:
-    prompts = []
-    for i in range(count):
-        question = ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)])
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
-        )
-        ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-        prompts.append([int(t) for t in ids])
-    return prompts
+from bench.prompts import chat_prompt_ids
 
 
 class PhaseTimer:
@@ -80,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     dtype = engine.loaded.dtype
     print(f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, {dtype}", flush=True)
-    prompts = chat_prompts(engine.tokenizer, args.num_prompts)
+    prompts = chat_prompt_ids(engine.tokenizer, args.num_prompts)
     engine.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4))  # warm-up
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
 

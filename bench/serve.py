@@ -28,17 +28,8 @@ from typing import Any
 
 import httpx
 
-TOPICS = ["the moon", "tea", "rivers", "old clocks", "bicycles", "winter", "bread", "libraries"]
-ASKS = [
-    "Write two sentences about {}.",
-    "Explain {} to a child.",
-    "List three facts about {}.",
-    "Tell a short story about {}.",
-    "Why do people like {}?",
-    "Describe {} in detail.",
-    "What is the history of {}?",
-    "Give advice about {}.",
-]
+from bench.prompts import question as chat_question
+
 # Common words that are one token each in most BPE vocabularies, so word counts approximate token counts
 # when no tokenizer is at hand.
 _WORD_TEXT = (
@@ -124,7 +115,7 @@ def build_prompts(args: argparse.Namespace, tokenizer: Tokenizer | None) -> list
         shared_system_prompt(args.shared_prefix_len, tokenizer) if args.dataset == "shared-prefix" else ""
     )
     for i in range(args.num_prompts):
-        question = ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)])
+        question = chat_question(i)
         max_tokens = args.max_tokens
         if args.dataset == "fixed":
             messages = [{"role": "user", "content": question}]
