@@ -42,24 +42,13 @@ def chat_defaults() -> ChatDefaults:
 
 
 def _console_defaults(model: str) -> dict[str, Any]:
-    """The console's global sampling tuning, overlaid with the model's own defaults (console owns both)."""
-    from webapp.console.models import EngineSettings
+    """The console's sampling defaults and system prompt for the model (console owns the layering)."""
     from webapp.console.registry import model_defaults
 
-    values: dict[str, Any] = {}
-    tuning = EngineSettings.objects.order_by("pk").first()
-    if tuning is not None:
-        pairs = [
-            ("temperature", tuning.default_temperature),
-            ("top_p", tuning.default_top_p),
-            ("max_tokens", tuning.default_max_tokens),
-        ]
-        values.update({k: v for k, v in pairs if v is not None})
-    if model:
-        per_model = model_defaults(model)
-        values.update({k: v for k, v in per_model["sampling"].items() if v is not None})
-        if per_model["system_prompt"]:
-            values["system_prompt"] = per_model["system_prompt"]
+    defaults = model_defaults(model)
+    values: dict[str, Any] = dict(defaults["sampling"])
+    if defaults["system_prompt"]:
+        values["system_prompt"] = defaults["system_prompt"]
     return values
 
 

@@ -115,16 +115,18 @@ def registration_update_defaults(*, registration: ModelRegistration, values: dic
 
 
 def model_defaults(name: str) -> dict[str, Any]:
-    """Sampling defaults and system prompt for a model name or alias, for the API and chat to apply."""
-    for row in ModelRegistration.objects.all():
+    """Sampling defaults (global tuning, overlaid with the model's own) and system prompt for a model name
+    or alias: the one layering the API and chat apply. Unregistered names get the global defaults only."""
+    # A read: an unsaved row supplies no defaults rather than being created here.
+    tuning = EngineSettings.objects.order_by("pk").first() or EngineSettings()
+    global_sampling = {
+        "temperature": tuning.default_temperature,
+        "top_p": tuning.default_top_p,
+        "max_tokens": tuning.default_max_tokens,
+    }
+    sampling = {k: v for k, v in global_sampling.items() if v is not None}
+    for row in ModelRegistration.objects.all() if name else []:
         if name == row.name or name in row.aliases:
-            # A read: an unsaved row supplies no defaults rather than being created here.
-            tuning = EngineSettings.objects.order_by("pk").first() or EngineSettings()
-            sampling = {
-                "temperature": tuning.default_temperature,
-                "top_p": tuning.default_top_p,
-                "max_tokens": tuning.default_max_tokens,
-            }
-            merged = {k: v for k, v in sampling.items() if v is not None} | dict(row.sampling_defaults)
-            return {"sampling": merged, "system_prompt": row.system_prompt}
-    return {"sampling": {}, "system_prompt": ""}
+            own = {k: v for k, v in dict(row.sampling_defaults).items() if v is not None}
+            return {"sampling": sampling | own, "system_prompt": row.system_prompt}
+    return {"sampling": sampling, "system_prompt": ""}

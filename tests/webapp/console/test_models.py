@@ -241,3 +241,4 @@ def test_model_defaults_for_name_or_alias(db: None) -> None:
     assert not EngineSettings.objects.exists()  # reading never creates the settings row
     EngineSettings.objects.create(default_temperature=0.2, default_top_p=0.9)
     assert model_defaults("m")["sampling"] == {"temperature": 0.2, "top_p": 0.5}
+    assert model_defaults("nothing") == {"sampling": {"temperature": 0.2, "top_p": 0.9}, "system_prompt": ""}

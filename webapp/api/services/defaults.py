@@ -41,22 +41,13 @@ class RequestDefaults:
 
 
 def request_defaults(*, model: str) -> RequestDefaults:
-    """Global sampling defaults overlaid with `model`'s own (name or alias), from the console's tables."""
-    from webapp.console.models import EngineSettings
+    """The console's defaults for `model` (name or alias): global tuning overlaid with the model's own."""
     from webapp.console.registry import model_defaults
 
-    sampling: dict[str, Any] = {}
-    tuning = EngineSettings.objects.order_by("pk").first()
-    if tuning is not None:
-        pairs = [
-            ("temperature", tuning.default_temperature),
-            ("top_p", tuning.default_top_p),
-            ("max_tokens", tuning.default_max_tokens),
-        ]
-        sampling.update({k: v for k, v in pairs if v is not None})
-    per_model: dict[str, Any] = model_defaults(model) if model else {"sampling": {}, "system_prompt": ""}
-    sampling.update({k: v for k, v in per_model["sampling"].items() if v is not None})
-    return RequestDefaults(sampling=_valid(sampling), system_prompt=str(per_model["system_prompt"] or ""))
+    defaults = model_defaults(model)
+    return RequestDefaults(
+        sampling=_valid(defaults["sampling"]), system_prompt=str(defaults["system_prompt"] or "")
+    )
 
 
 def _valid(sampling: dict[str, Any]) -> dict[str, Any]:
