@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrained
 from inference.device import resolve_device, resolve_dtype
 from inference.gguf_convert import ensure_converted
 from inference.models import SUPPORTED_ARCHITECTURES, get_model_class
+from inference.models.onednn import packing_supported
 from inference.models.weights import load_weights
 
 logger = logging.getLogger(__name__)
@@ -110,8 +111,9 @@ def load_model(
     model = model.to(torch_dtype).to_empty(device=torch_device)
     load_weights(model, model_dir)
     model.eval()
-
     num_params = sum(p.numel() for p in model.parameters())
+    if torch_device.type == "cpu" and packing_supported(torch_dtype):
+        model.pack_linears()
     loaded = LoadedModel(
         model=model,
         hf_config=hf_config,

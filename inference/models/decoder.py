@@ -15,7 +15,8 @@ from transformers import PretrainedConfig
 from inference.attention.base import AttentionBackend
 from inference.kv_cache import KVCacheSpec
 from inference.models.args import ModelArgs
-from inference.models.layers import GatedMLP, QKVLinear, RMSNorm
+from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
+from inference.models.onednn import pack_weight, packed_linear
 from inference.models.rotary import RotaryEmbedding, apply_rotary
 
 
@@ -42,7 +43,7 @@ class DecoderAttention(nn.Module):
         self.qkv_proj = QKVLinear(
             args.hidden_size, args.head_dim, args.num_heads, args.num_kv_heads, bias=args.qkv_bias
         )
-        self.o_proj = nn.Linear(args.num_heads * args.head_dim, args.hidden_size, bias=args.o_bias)
+        self.o_proj = Linear(args.num_heads * args.head_dim, args.hidden_size, bias=args.o_bias)
         self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
         self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
         self.attn = PagedAttention(args.head_dim**-0.5)
@@ -100,8 +101,9 @@ class DecoderForCausalLM(nn.Module):
         self.lm_head = (
             None
             if self.args.tie_word_embeddings
-            else nn.Linear(self.args.hidden_size, self.args.vocab_size, bias=False)
+            else Linear(self.args.hidden_size, self.args.vocab_size, bias=False)
         )
+        self._packed_head: torch.Tensor | None = None
 
     @classmethod
     def model_args(cls, config: PretrainedConfig) -> ModelArgs:
@@ -146,5 +148,19 @@ class DecoderForCausalLM(nn.Module):
         return self.model.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight)
+        if self._packed_head is not None:
+            return packed_linear(hidden, self._packed_head, None)
+        if self.lm_head is not None:
+            return self.lm_head(hidden)
+        return F.linear(hidden, self.model.embed_tokens.weight)
+
+    def pack_linears(self) -> None:
+        """Prepack every projection and the LM head for oneDNN (call once, after the weights are loaded).
+
+        A tied LM head keeps the dense embedding for token lookup and gets a packed copy of its own.
+        """
+        for module in self.modules():
+            if isinstance(module, Linear) and module.packed_weight is None:
+                module.pack()
+        if self.lm_head is None and self._packed_head is None:
+            self._packed_head = pack_weight(self.model.embed_tokens.weight)

@@ -1,10 +1,12 @@
-"""Building blocks shared by our decoder models: RMSNorm and the fused QKV / gate-up projections."""
+"""Building blocks of our decoder models: RMSNorm, packable linears, fused QKV and gate-up projections."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from inference.models.onednn import pack_weight, packed_linear
 
 
 class RMSNorm(nn.Module):
@@ -21,7 +23,23 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(dtype)
 
 
-class ShardedLinear(nn.Linear):
+class Linear(nn.Linear):
+    """nn.Linear that can swap its weight for a oneDNN-prepacked copy (bf16 on CPU, see onednn.py)."""
+
+    packed_weight: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        """Prepack the weight and drop the dense copy; the module then only runs forward."""
+        self.packed_weight = pack_weight(self.weight)
+        self.weight = nn.Parameter(torch.empty(0, dtype=self.weight.dtype), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed_weight is not None:
+            return packed_linear(x, self.packed_weight, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+
+class ShardedLinear(Linear):
     """A Linear whose output rows are the concatenation of several checkpoint tensors (fused projections)."""
 
     def __init__(self, in_features: int, shard_sizes: dict[str, int], *, bias: bool) -> None:
@@ -52,7 +70,7 @@ class GatedMLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int, *, bias: bool) -> None:
         super().__init__()
         self.gate_up_proj = ShardedLinear(hidden, {"gate": intermediate, "up": intermediate}, bias=bias)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+        self.down_proj = Linear(intermediate, hidden, bias=bias)
         self.intermediate = intermediate
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

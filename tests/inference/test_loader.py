@@ -108,8 +108,7 @@ def test_default_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert default_cache_dir() == tmp_path / "c"
 
 
-def test_auto_dtype_is_fp32_on_cpu() -> None:
-    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+def test_unknown_dtype_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown dtype"):
         resolve_dtype("int3", torch.device("cpu"))
 
