@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Mooncake vs `transformers serve --continuous-batching` on the same model, CPU, float32, one after the other.
+# Mooncake vs `transformers serve --continuous-batching` on the same model and CPU, one after the other.
+# The peer runs float32 as issue 4 pins it; ours runs its default dtype ("auto": bf16 on CPUs with AMX or
+# AVX512-BF16, else float32); BENCH_OURS_DTYPE=float32 gives the like-for-like fp32 comparison.
 #
 #   bench/compare.sh            (or: make bench)
 #
@@ -19,7 +21,7 @@
 # BENCH_SMOKE=1 (each load cut to 2 requests of 4 tokens: checks the plumbing, measures nothing),
 # BENCH_THREADS=N (intra-op threads of BOTH servers: MOONCAKE_CPU_THREADS for ours, OMP_NUM_THREADS for
 # both; unset = each uses every core, which is the fair default on an otherwise idle machine),
-# BENCH_OURS_DTYPE (our server's dtype, default float32 like the peer; bfloat16 uses AMX where present),
+# BENCH_OURS_DTYPE (our server's dtype, default auto = what `make run` serves; float32 = the peer's dtype),
 # BENCH_PYSPY=1 (py-spy, installed into the peer venv, samples our server at 20 Hz during load (a):
 # ours-a.pyspy.txt and its summary ours-a.pyspy-summary.txt; external sampling, about 1% of a core).
 set -euo pipefail
@@ -109,6 +111,7 @@ EOF
 grep -q LlamaForCausalLM "$MODEL_DIR/config.json" || { log "$MODEL_DIR/config.json is not a LlamaForCausalLM"; exit 1; }
 log "model directory: $MODEL_DIR"
 log "load before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc --all) cores; threads: ${BENCH_THREADS:-all cores}"
+echo "intra-op threads: ${BENCH_THREADS:-all cores} of $(nproc --all)" >"$OUT/setup.txt"
 
 run_loads() {  # name base_url
     local name=$1 url=$2 load
@@ -155,7 +158,7 @@ run_ours() {
     cat >"$data/mooncake.yaml" <<EOF
 model:
   model_id: default
-  dtype: ${BENCH_OURS_DTYPE:-float32}
+  dtype: ${BENCH_OURS_DTYPE:-auto}
 engine:
   kv_cache_memory_bytes: $KV_BYTES
 EOF
@@ -166,6 +169,7 @@ EOF
     env "${env[@]}" "$PY" -m webapp.core.server --host 127.0.0.1 --port "$port" >"$OUT/ours-server.log" 2>&1 &
     SERVER_PID=$!
     wait_http "http://127.0.0.1:$port/health" "$SERVER_PID" "$OUT/ours-server.log" 600
+    grep -o 'torch\.[a-z0-9]* on cpu' "$OUT/ours-server.log" | head -n 1 | sed 's/^/ours: /' >>"$OUT/setup.txt" || true
     run_loads ours "http://127.0.0.1:$port"
     peak_rss_kib "$SERVER_PID" >"$OUT/ours-rss.txt"
     stop_server "$SERVER_PID"
@@ -196,6 +200,7 @@ EOF
         --host 127.0.0.1 --port "$port" "$MODEL_DIR" >"$OUT/peer-server.log" 2>&1 &
     SERVER_PID=$!
     wait_http "http://127.0.0.1:$port/health" "$SERVER_PID" "$OUT/peer-server.log" 600
+    echo "peer: torch.float32 on cpu" >>"$OUT/setup.txt"
     run_loads peer "http://127.0.0.1:$port"
     peak_rss_kib "$SERVER_PID" >"$OUT/peer-rss.txt"
     stop_server "$SERVER_PID"

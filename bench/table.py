@@ -99,6 +99,9 @@ def build(results: Path) -> str:
     rss = f"{fmt(ours_rss)} | {fmt(peer_rss)} | {fmt(ratio(ours_rss, peer_rss))}"
     lines.append(f"| peak RSS, whole run (MiB) | {rss} |" + " | | |" * (len(keys) - 1))
     legend = [f"({key}) {LOADS[key]}" for key in keys]
+    setup = results / "setup.txt"
+    if setup.exists():  # dtypes and threads of the run, written by compare.sh
+        legend += setup.read_text(encoding="utf-8").splitlines()
     return "\n".join([*legend, "", *lines])
 
 
