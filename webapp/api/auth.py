@@ -60,4 +60,9 @@ def _resolve(token: str | None) -> Caller:
 
 
 async def authenticate(request: HttpRequest) -> Caller:
-    return await sync_to_async(_resolve)(_bearer(request))
+    token = _bearer(request)
+    if token is None:
+        # No key means no database work (anonymous, or 401): skip the hop onto Django's single
+        # thread-sensitive executor, where a burst of requests would otherwise queue one by one.
+        return _resolve(None)
+    return await sync_to_async(_resolve)(token)

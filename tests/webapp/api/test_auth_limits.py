@@ -162,3 +162,24 @@ async def test_parallel_requests_share_daily_row(client: AsyncClient) -> None:
     )
     rows = [row async for row in DailyUsage.objects.all()]
     assert sum(r.requests for r in rows) == 5 and sum(r.completion_tokens for r in rows) == 5
+
+
+async def test_no_key_resolves_without_a_thread_hop(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A burst of keyless requests must not queue on Django's one thread-sensitive executor.
+    from django.test import RequestFactory
+
+    from webapp.api import auth
+    from webapp.api.errors import APIError
+
+    def no_hop(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("sync_to_async used without a key")
+
+    monkeypatch.setattr(auth, "sync_to_async", no_hop)
+    request = RequestFactory().post("/v1/chat/completions")
+    settings.MOONCAKE_API_AUTH = "off"
+    caller = await auth.authenticate(request)
+    assert caller.api_key is None and caller.user_id is None and caller.limit_checks[0][0] == "anonymous"
+    settings.MOONCAKE_API_AUTH = "required"
+    with pytest.raises(APIError) as excinfo:
+        await auth.authenticate(request)
+    assert excinfo.value.status == 401
