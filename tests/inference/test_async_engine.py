@@ -125,3 +125,42 @@ async def test_shutdown_drains_then_aborts_leftovers():
 async def test_chat_template_returns_token_ids(engine):
     ids = engine.apply_chat_template([{"role": "user", "content": "hi"}])
     assert TOK.decode(ids).endswith("<assistant>")
+
+
+async def test_announced_burst_shares_the_first_step():
+    # Requests announced with expect() but submitted over ~40 ms (more than the quiet gap) still start
+    # together: an idle engine waits for announced callers instead of prefilling the first one alone.
+    engine = AsyncEngine(fake_engine(max_model_len=200))
+    params = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+    notices = [engine.expect().__enter__() for _ in range(4)]
+    gens = []
+    for i in range(4):
+        gens.append(engine.generate(TOK.encode(f"burst {i}"), params))
+        gens[-1] = asyncio.ensure_future(anext(gens[-1]))
+        await asyncio.sleep(0.01)
+    firsts = await asyncio.gather(*gens)
+    for notice in notices:
+        notice.__exit__(None, None, None)
+    assert len({o.metrics.first_scheduled_time for o in firsts}) == 1
+    assert not engine._expected
+    engine.shutdown()
+
+
+async def test_a_notice_never_submitted_delays_the_first_step_at_most_burst_max():
+    engine = AsyncEngine(fake_engine(max_model_len=200))
+    with engine.expect():  # a caller that never submits (its preparation failed)
+        started = time.monotonic()
+        first = await anext(engine.generate([1, 2], SamplingParams(temperature=0, max_tokens=2)))
+        waited = time.monotonic() - started
+    assert first.outputs[0].token_ids and waited < engine.burst_max_s + 1.0
+    assert not engine._expected  # the notice left on exit
+    engine.shutdown()
+
+
+async def test_a_lone_request_is_not_held_for_the_burst_window():
+    engine = AsyncEngine(fake_engine(max_model_len=200))
+    engine.burst_max_s = 5.0  # only the quiet gap may apply to an unannounced request
+    started = time.monotonic()
+    await anext(engine.generate([1, 2], SamplingParams(temperature=0, max_tokens=2)))
+    assert time.monotonic() - started < 1.0
+    engine.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Protocol
 
 from webapp.api.errors import from_engine_error
@@ -19,6 +20,12 @@ async def engine_for(model: str | None) -> Any:
         return await get_engine(model)
     except Exception as exc:
         raise from_engine_error(exc) from exc
+
+
+def expecting(engine: Any) -> contextlib.AbstractContextManager[Any]:
+    """The engine's expect() notice while a request is prepared (AsyncEngine has it; doubles may not)."""
+    expect = getattr(engine, "expect", None)
+    return expect() if callable(expect) else contextlib.nullcontext()
 
 
 def vocab_size(engine: Any) -> int:

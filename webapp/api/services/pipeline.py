@@ -22,7 +22,7 @@ from inference import SamplingParams
 from webapp.api.auth import Caller, authenticate
 from webapp.api.errors import APIError
 from webapp.api.services.defaults import RequestDefaults, request_defaults
-from webapp.api.services.engine_access import engine_for, model_name
+from webapp.api.services.engine_access import engine_for, expecting, model_name
 from webapp.api.services.generation import Generation, new_request_id, request_timeout_s, start_all
 from webapp.api.services.limits import Admission, limiter
 from webapp.api.services.streaming import sse_frames
@@ -107,19 +107,22 @@ async def run_generation(
     run = RequestRun(caller, RequestRecord(endpoint=endpoint, stream=stream, model=model or ""))
     try:
         engine = await engine_for(model)
-        # The console's defaults are a DB read: on Django's thread-sensitive path, like auth and usage.
-        defaults = await sync_to_async(request_defaults)(model=model_name(engine, model))
-        # Templates, tokenization and grammar compilation are CPU work: keep them off the event loop.
-        job = await asyncio.to_thread(prepare, engine, defaults)
-        run.record.model = job.model
-        run.record.prompt_text = job.prompt_text
-        run.admission = limiter.admit(caller.limit_checks)
-        deadline = asyncio.get_running_loop().time() + request_timeout_s()
-        run.generations = [
-            Generation(engine, prompt, job.params, request_id=new_request_id(endpoint), deadline=deadline)
-            for prompt in job.prompts
-        ]
-        await start_all(run.generations)
+        # Announced from here until submitted: an idle engine lets a burst of requests gather into one
+        # first step rather than prefilling whichever got through this preparation first on its own.
+        with expecting(engine):
+            # The console's defaults are a DB read: on Django's thread-sensitive path, like auth and usage.
+            defaults = await sync_to_async(request_defaults)(model=model_name(engine, model))
+            # Templates, tokenization and grammar compilation are CPU work: keep them off the event loop.
+            job = await asyncio.to_thread(prepare, engine, defaults)
+            run.record.model = job.model
+            run.record.prompt_text = job.prompt_text
+            run.admission = limiter.admit(caller.limit_checks)
+            deadline = asyncio.get_running_loop().time() + request_timeout_s()
+            run.generations = [
+                Generation(engine, prompt, job.params, request_id=new_request_id(endpoint), deadline=deadline)
+                for prompt in job.prompts
+            ]
+            await start_all(run.generations)
         if not stream:
             body = await renderer.complete(job, run.generations)
             await run.close()
