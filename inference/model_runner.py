@@ -218,13 +218,22 @@ class ModelRunner:
             query_lens=query_lens,
             context_lens=[c.start + c.num_tokens for c in chunks],
             block_tables=[c.block_table for c in chunks],
-            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev, non_blocking=True),
+            slot_mapping=_to_device(np.concatenate(slots), dev),
             block_size=bs,
             device=dev,
         )
         return _StepInputs(
-            input_ids=torch.from_numpy(np.concatenate(ids)).to(dev, non_blocking=True),
-            positions=torch.from_numpy(np.concatenate(positions)).to(dev, non_blocking=True),
+            input_ids=_to_device(np.concatenate(ids), dev),
+            positions=_to_device(np.concatenate(positions), dev),
             layout=layout,
-            last_token_idx=torch.from_numpy(np.cumsum(query_lens) - 1).to(dev, non_blocking=True),
+            last_token_idx=_to_device(np.cumsum(query_lens) - 1, dev),
         )
+
+
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    tensor = torch.from_numpy(array)
+    if device.type == "cuda":
+        # From pinned memory the copy is truly asynchronous; from pageable memory non_blocking still blocks.
+        # The caching host allocator keeps the pinned block alive until the copy has run.
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
