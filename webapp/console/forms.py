@@ -59,7 +59,8 @@ class ModelDefaultsForm(forms.Form):
         help_text="Longest prompt plus reply in tokens (empty: the model's own).",
     )
     dtype = forms.ChoiceField(
-        choices=ModelRegistration.Dtype.choices, help_text="Weight precision; auto picks fp32 on CPU."
+        choices=ModelRegistration.Dtype.choices,
+        help_text="Weight precision; auto picks bf16 on GPUs and on AMX or AVX512-BF16 CPUs, else fp32.",
     )
     temperature = forms.FloatField(required=False, min_value=0.0, max_value=2.0, help_text="0 is greedy.")
     top_p = forms.FloatField(required=False, min_value=0.0, max_value=1.0, help_text="Nucleus sampling mass.")
