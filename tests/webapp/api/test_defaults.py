@@ -134,3 +134,28 @@ async def test_log_prompts_follows_console_setting(client: AsyncClient, settings
     await EngineSettings.objects.all().aupdate(log_prompts=True)
     await post_json(client, "/v1/chat/completions", body)
     assert (await RequestLog.objects.alatest("id")).prompt_text == "secret plan"
+
+
+async def test_concurrent_requests_share_one_defaults_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import time
+
+    from webapp.api.services import defaults as module
+
+    reads: list[str] = []
+
+    def slow_read(*, model: str) -> module.RequestDefaults:
+        reads.append(model)
+        time.sleep(0.05)
+        return module.RequestDefaults(system_prompt=f"{model} #{len(reads)}")
+
+    monkeypatch.setattr(module, "request_defaults", slow_read)
+    calls = [asyncio.ensure_future(module.request_defaults_shared(model="m")) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    calls[0].cancel()  # one caller going away does not cancel the read the others wait for
+    results = await asyncio.gather(*calls[1:])
+    assert reads == ["m"] and {r.system_prompt for r in results} == {"m #1"}
+    other = await module.request_defaults_shared(model="other")
+    again = await module.request_defaults_shared(model="m")  # a later request reads afresh
+    assert (other.system_prompt, again.system_prompt) == ("other #2", "m #3")
+    assert not module._reads

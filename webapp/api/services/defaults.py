@@ -7,10 +7,12 @@ OpenAI's defaults (the engine's SamplingParams defaults).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from asgiref.sync import sync_to_async
 from pydantic import ValidationError
 
 from webapp.api.schemas.chat import ChatCompletionRequest, ChatMessage
@@ -48,6 +50,25 @@ def request_defaults(*, model: str) -> RequestDefaults:
     return RequestDefaults(
         sampling=_valid(defaults["sampling"]), system_prompt=str(defaults["system_prompt"] or "")
     )
+
+
+_reads: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future[RequestDefaults]] = {}
+
+
+async def request_defaults_shared(*, model: str) -> RequestDefaults:
+    """request_defaults on Django's thread-sensitive path, one read shared by concurrent callers.
+
+    A burst of requests would otherwise queue one identical DB read each on that single thread (4-16 ms
+    apiece under load): a caller that arrives while a read for its model is in flight takes its result.
+    """
+    key = (asyncio.get_running_loop(), model)
+    read = _reads.get(key)
+    if read is None:
+        read = asyncio.ensure_future(sync_to_async(request_defaults)(model=model))
+        _reads[key] = read
+        read.add_done_callback(lambda done: _reads.pop(key) if _reads.get(key) is done else None)
+    # Shielded: one caller going away must not cancel the read the others wait for.
+    return await asyncio.shield(read)
 
 
 def _valid(sampling: dict[str, Any]) -> dict[str, Any]:

@@ -14,14 +14,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from inference import SamplingParams
 from webapp.api.auth import Caller, authenticate
 from webapp.api.errors import APIError
-from webapp.api.services.defaults import RequestDefaults, request_defaults
+from webapp.api.services.defaults import RequestDefaults, request_defaults_shared
 from webapp.api.services.engine_access import engine_for, expecting, model_name
 from webapp.api.services.generation import Generation, new_request_id, request_timeout_s, start_all
 from webapp.api.services.limits import Admission, limiter
@@ -111,7 +110,7 @@ async def run_generation(
         # first step rather than prefilling whichever got through this preparation first on its own.
         with expecting(engine):
             # The console's defaults are a DB read: on Django's thread-sensitive path, like auth and usage.
-            defaults = await sync_to_async(request_defaults)(model=model_name(engine, model))
+            defaults = await request_defaults_shared(model=model_name(engine, model))
             # Templates, tokenization and grammar compilation are CPU work: keep them off the event loop.
             job = await asyncio.to_thread(prepare, engine, defaults)
             run.record.model = job.model
