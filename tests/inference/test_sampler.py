@@ -25,6 +25,15 @@ def test_greedy_is_exact_argmax_and_logprobs_are_log_softmax():
     assert [t for t, _ in top] == ref[0].topk(5).indices.tolist()
 
 
+def test_greedy_ties_go_to_the_lowest_token_id_like_argmax():
+    # bf16 logits tie often; HF's greedy (argmax) takes the first maximum, and so must we.
+    x = torch.zeros(2, 4096)
+    x[0, [9, 700, 4000]] = 3.0
+    x[1, [4095, 2]] = 1.5
+    params = SamplingParams(temperature=0)
+    assert Sampler(eos_token_ids=set())(x, [seq(params), seq(params)]).token_ids == [9, 2]
+
+
 def test_logit_bias_forces_a_token():
     result = Sampler(eos_token_ids=set())(logits(), [seq(SamplingParams(temperature=0, logit_bias={7: 100}))])
     assert result.token_ids == [7]
