@@ -121,15 +121,17 @@ class TorchAttentionBackend(AttentionBackend):
                 return od
             out.index_copy_(0, meta.decode_token_idx, od)
         for span in meta.prefills:
-            qi = q[span.q_start : span.q_end].transpose(0, 1)
+            # 4-D [1, heads, tokens, head_dim]: with 3-D inputs and GQA, CPU SDPA falls back to its math
+            # kernel, 11x slower than the flash kernel for a 400-token bf16 prompt.
+            qi = q[span.q_start : span.q_end].transpose(0, 1)[None]
             if span.blocks is None:
-                ki = k[span.q_start : span.q_end].transpose(0, 1)
-                vi = v[span.q_start : span.q_end].transpose(0, 1)
+                ki = k[span.q_start : span.q_end].transpose(0, 1)[None]
+                vi = v[span.q_start : span.q_end].transpose(0, 1)[None]
             else:
-                ki = k_cache[span.blocks].flatten(0, 1)[: span.context_len].transpose(0, 1).to(q.dtype)
-                vi = v_cache[span.blocks].flatten(0, 1)[: span.context_len].transpose(0, 1).to(q.dtype)
+                ki = k_cache[span.blocks].flatten(0, 1)[: span.context_len].transpose(0, 1)[None].to(q.dtype)
+                vi = v_cache[span.blocks].flatten(0, 1)[: span.context_len].transpose(0, 1)[None].to(q.dtype)
             oi = F.scaled_dot_product_attention(
                 qi, ki, vi, attn_mask=span.mask, is_causal=span.mask is None, scale=scale, enable_gqa=gqa
             )
-            out[span.q_start : span.q_end] = oi.transpose(0, 1)
+            out[span.q_start : span.q_end] = oi[0].transpose(0, 1)
         return out
