@@ -21,13 +21,15 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
+from webapp.core.api_asgi import ApiASGIHandler, ApiOrSite  # noqa: E402
 from webapp.core.engine import start_default_model_in_background, start_idle_reaper  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # Only /static/ requests take the static handler; everything else goes straight to Django.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # API paths take Django with the lean API middleware; of the rest, only /static/ requests take the
+        # static handler and everything else goes straight to Django.
+        "http": ApiOrSite(api=ApiASGIHandler(), site=ASGIStaticFilesHandler(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

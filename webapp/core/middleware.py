@@ -10,17 +10,10 @@ from django.urls import reverse
 
 from webapp.core.selectors import ausers_exist, users_exist
 
+# The OpenAI-compatible API's paths (served by webapp.core.api_asgi's lean handler).
+API_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
 # Machine endpoints and assets never redirect: probes, scrapers and API clients expect their own answers.
-EXEMPT_PREFIXES = (
-    "/setup/",
-    "/static/",
-    "/health",
-    "/version",
-    "/metrics",
-    "/v1/",
-    "/tokenize",
-    "/detokenize",
-)
+EXEMPT_PREFIXES = ("/setup/", "/static/", "/health", "/version", "/metrics", *API_PREFIXES)
 
 _setup_done = False
 

@@ -89,6 +89,15 @@ MIDDLEWARE = [
     "webapp.core.middleware.first_run_setup_middleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
+# API paths (webapp.core.api_asgi): bearer keys instead of sessions, so no session, auth, CSRF or messages;
+# the rest as above, on the event loop.
+API_MIDDLEWARE = [
+    "webapp.core.loop_middleware.PrometheusBefore",
+    "webapp.core.loop_middleware.Security",
+    "webapp.core.loop_middleware.Common",
+    "webapp.core.loop_middleware.XFrameOptions",
+    "webapp.core.loop_middleware.PrometheusAfter",
+]
 
 ROOT_URLCONF = "webapp.urls"
 ASGI_APPLICATION = "webapp.asgi.application"
