@@ -25,6 +25,7 @@ from inference.config import EngineConfig
 from inference.engine import LLMEngine
 from inference.errors import EngineDeadError, QueueFullError
 from inference.metrics import EngineStats
+from inference.models import DecoderForCausalLM
 from inference.outputs import RequestOutput
 from inference.request import Request
 from inference.sampling_params import SamplingParams
@@ -143,8 +144,13 @@ class AsyncEngine:
     @property
     def memory_bytes(self) -> int:
         """Weights plus KV cache, the figure the manager's memory budget counts."""
-        params = sum(p.numel() * p.element_size() for p in self.engine.loaded.model.parameters())
-        return int(params + getattr(self.engine.runner, "kv_cache_bytes", 0))
+        model = self.engine.loaded.model
+        weights = (
+            model.weight_bytes()
+            if isinstance(model, DecoderForCausalLM)
+            else sum(p.numel() * p.element_size() for p in model.parameters())
+        )
+        return int(weights + getattr(self.engine.runner, "kv_cache_bytes", 0))
 
     @property
     def kv_capacity_tokens(self) -> int:

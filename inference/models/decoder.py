@@ -159,6 +159,12 @@ class DecoderForCausalLM(nn.Module):
             return self.lm_head(hidden)
         return F.linear(hidden, self.model.embed_tokens.weight)
 
+    def weight_bytes(self) -> int:
+        """Memory the weights take, prepacked copies included (those are plain attributes, not parameters)."""
+        packed = [m.packed_weight for m in self.modules() if isinstance(m, Linear)]
+        tensors = [*self.parameters(), *packed, self._packed_head]
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
     def pack_linears(self) -> None:
         """Prepack every projection and the LM head for oneDNN (call once, after the weights are loaded).
 
