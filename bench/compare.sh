@@ -151,7 +151,22 @@ run_loads() {  # name base_url
 }
 
 # ---- ours: Daphne with the test settings, as tests/conftest.py's daphne_server -----------------------
+# This VM's memory bandwidth moves with its neighbours, and bf16 decode is bound by it: note it per side.
+note_bandwidth() {  # name
+    "$PY" - "$1" >>"$OUT/setup.txt" <<'EOF' || true
+import sys, time, torch
+torch.set_num_threads(1)
+src = torch.ones(128 << 20); dst = torch.empty_like(src); dst.copy_(src)
+started = time.perf_counter()
+for _ in range(5):
+    dst.copy_(src)
+gbs = 5 * 2 * src.numel() * 4 / (time.perf_counter() - started) / 1e9
+print(f"{sys.argv[1]}: memory bandwidth just before, copy_ of 512 MiB on 1 thread: {gbs:.1f} GB/s")
+EOF
+}
+
 run_ours() {
+    note_bandwidth ours
     local data port
     data=$(mktemp -d -t mooncake-bench-XXXXXX)
     port=$(free_port)
@@ -180,6 +195,7 @@ EOF
 # ---- the peer: transformers serve, continuous batching, CPU, float32 ----------------------------------
 run_peer() {
     ensure_peer_venv
+    note_bandwidth peer
     local port block=32
     port=$(free_port)
     # Its KV cache would otherwise be sized from free RAM (it took ~10 GB here and was OOM-killed):
