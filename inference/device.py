@@ -6,8 +6,6 @@ import os
 
 import torch
 
-from inference.models.onednn import fast_bf16_cpu
-
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -22,6 +20,14 @@ def resolve_device(device: str) -> torch.device:
             raise ValueError(f"device={device!r} requested but CUDA is not available")
         return torch.device(device)
     raise ValueError(f"unknown device {device!r}; expected auto, cpu or cuda")
+
+
+def fast_bf16_cpu() -> bool:
+    """Whether this CPU multiplies bf16 natively (AMX tiles or AVX512-BF16) rather than emulating it."""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+    except AttributeError:  # a torch without these probes: assume no native bf16
+        return False
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:

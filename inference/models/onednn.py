@@ -18,18 +18,12 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from inference.device import fast_bf16_cpu
+
 logger = logging.getLogger(__name__)
 
 # The batch-size hint oneDNN picks a blocked layout for; the packed weight serves every batch size.
 _PACK_HINT_ROWS = 16
-
-
-def fast_bf16_cpu() -> bool:
-    """Whether this CPU multiplies bf16 natively (AMX tiles or AVX512-BF16) rather than emulating it."""
-    try:
-        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
-    except AttributeError:  # a torch without these probes: assume no native bf16
-        return False
 
 
 def packing_supported(dtype: torch.dtype) -> bool:
