@@ -96,6 +96,10 @@ def test_bf16_greedy_picks_what_fp32_ranks_first(
     bf16 may break a near tie the other way (then the texts differ from there on), never pick a token
     fp32 clearly ranks lower. Measured worst gap on these prompts: 0.011 logits.
     """
+    # The packed linears are not parameters but are most of the memory: 134.5M bf16 weights plus the tied
+    # head's packed copy (49152 x 576) is ~325 MB; counting parameters alone would give ~115 MB.
+    if PACKS:
+        assert bf16_default.model.weight_bytes() == 2 * (bf16_default.num_params + 49152 * 576)
     all_prompts = prompts(bf16_default.tokenizer)
     engine = make_engine(bf16_default, dtype="bfloat16")
     outputs = engine.generate(all_prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))

@@ -31,7 +31,7 @@ class RequestLog(models.Model):
     duration_s = models.FloatField()
     finish_reason = models.CharField(max_length=32, blank=True)
     error = models.TextField(blank=True)
-    # Only filled when settings.MOONCAKE_API_LOG_PROMPTS is true: prompts are the users' data.
+    # Only filled when the console's log_prompts switch is on: prompts are the users' data.
     prompt_text = models.TextField(blank=True)
 
     class Meta:

@@ -55,7 +55,6 @@ def sync_manager() -> Any:
     tuning = engine_settings_get()
     manager.memory_budget_bytes = memory_budget(tuning)
     manager.evict_lru = tuning.evict_lru
-    settings.MOONCAKE_API_LOG_PROMPTS = tuning.log_prompts
     known = {info.name: info for info in manager.list()}
     rows = {row.name: row for row in ModelRegistration.objects.all()}
     for name, row in rows.items():

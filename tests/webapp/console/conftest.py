@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -65,13 +64,6 @@ def manager(engines: list[SizedFakeEngine]) -> Iterator[ModelManager]:
     yield manager
     process_jobs.wait_all()
     set_manager(previous)
-
-
-@pytest.fixture(autouse=True)
-def _restore_prompt_logging() -> Iterator[None]:
-    before = getattr(django_settings, "MOONCAKE_API_LOG_PROMPTS", False)
-    yield
-    django_settings.MOONCAKE_API_LOG_PROMPTS = before
 
 
 @pytest.fixture
