@@ -3,12 +3,18 @@
 # ours (LLMEngine) vs HF continuous batching, for a Qwen3-0.6B-shaped and a Llama-3-8B-shaped model built
 # here from configs with seeded random weights. No network, no model files: fits a bare H200 machine.
 #
-#   bench/gpu_check.sh                 # the full check, bounded to ~7.5 minutes (BUDGET_S, default 420)
+#   bench/gpu_check.sh                 # the full check, bounded to 7 minutes (BUDGET_S, default 420)
 #   bench/gpu_check.sh --smoke         # tiny model on CPU, to check the plumbing without a GPU
 #   bench/gpu_check.sh --models qwen3-0.6b --num-prompts 64    # any other bench.gpu_check option
+#   bench/gpu_check.sh --eager         # our engine without CUDA graphs (where EngineConfig has enforce_eager)
 #
 # Python: $PYTHON, else ./.venv/bin/python, else python3 (the machine's own torch + transformers).
+# With $OUT set (the device machine's folder of files that come back), the whole log goes to
+# $OUT/gpu_check.log and the reports to $OUT/gpu_check.json (a later --json overrides).
 set -euo pipefail
+# The budget counts from here: the Python side reads this to fit its deadline to the whole run.
+GPU_CHECK_T0=$(date +%s.%N)
+export GPU_CHECK_T0
 cd "$(dirname "$0")/.."
 
 if [ -n "${PYTHON:-}" ]; then
@@ -20,10 +26,11 @@ else
 fi
 BUDGET_S=${BUDGET_S:-420}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 # The model directories (up to ~16 GB for the 8B shape) go to local disk, and are removed at the end.
 export TMPDIR=${TMPDIR:-/tmp}
 
+preamble() {
 "$PY" - <<'EOF'
 import importlib.util, sys
 missing = [m for m in ("torch", "transformers", "safetensors", "tokenizers", "numpy") if not importlib.util.find_spec(m)]
@@ -37,8 +44,20 @@ try:
     import flash_attn  # noqa: F401
     print("flash-attn: present")
 except ImportError:
-    print("flash-attn: absent (our engine falls back to its torch attention backend)")
+    print("flash-attn: absent (HF runs its paged sdpa attention; ours its non-flash backend)")
 EOF
+}
 
-# The hard stop sits a little past the script's own budget, so a cut-short run still prints its table.
-exec timeout --signal=INT $((BUDGET_S + 60)) "$PY" -m bench.gpu_check --budget-s "$BUDGET_S" "$@"
+# The hard stop sits a little past the script's own budget (which already keeps a margin for teardown):
+# SIGINT first, so a run that overran still prints its tables, then KILL if that hangs.
+check() {
+    preamble
+    timeout --signal=INT --kill-after=20 $((BUDGET_S + 30)) "$PY" -m bench.gpu_check --budget-s "$BUDGET_S" "$@"
+}
+if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT"
+    set +e
+    check --json "$OUT/gpu_check.json" "$@" 2>&1 | tee "$OUT/gpu_check.log"
+    exit "${PIPESTATUS[0]}"
+fi
+check "$@"
