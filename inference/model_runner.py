@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 
 from inference.attention import BatchLayout, select_backend
+from inference.cuda_graphs import DecodeGraphs, GraphableBackend
 from inference.device import cpu_thread_count
 from inference.kv_cache import (
     KVBudget,
@@ -25,11 +27,15 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class _StepInputs:
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    layout: BatchLayout
-    last_token_idx: torch.Tensor
+class _HostBatch:
+    """One step's flat inputs on the host, validated, in chunk order."""
+
+    input_ids: np.ndarray
+    positions: np.ndarray
+    slots: np.ndarray
+    query_lens: list[int]
+    context_lens: list[int]
+    block_tables: list[list[int]]
 
 
 class ModelRunner:
@@ -44,6 +50,7 @@ class ModelRunner:
         kv_cache_memory_bytes: int | None,
         gpu_memory_utilization: float,
         attention_backend: str = "auto",
+        enforce_eager: bool = False,
     ) -> None:
         for name, value in (
             ("block_size", block_size),
@@ -63,12 +70,18 @@ class ModelRunner:
         if self.device.type == "cpu":
             torch.set_num_threads(cpu_thread_count())
         self.backend = select_backend(
-            attention_backend, device=self.device, dtype=loaded.dtype, block_size=block_size
+            attention_backend,
+            device=self.device,
+            dtype=loaded.dtype,
+            block_size=block_size,
+            num_kv_heads=self.model.args.num_kv_heads,
+            head_dim=self.model.args.head_dim,
         )
         self.attention_backend_name = self.backend.name
         # Until sized, the model may run (CUDA profiling) with any cache; max_model_len bounds nothing yet.
         self.max_model_len = loaded.context_length
         self.num_blocks = 0
+        self.decode_graphs: DecodeGraphs | None = None
 
         spec = self.model.kv_cache_spec(loaded.dtype)
         per_block = spec.bytes_per_block(block_size)
@@ -91,6 +104,9 @@ class ModelRunner:
             spec, num_blocks=self.num_blocks, block_size=block_size, device=self.device
         )
         self.model.bind_kv_cache(self.backend, caches)
+        graphable = getattr(self.backend, "supports_cuda_graphs", False)
+        if self.device.type == "cuda" and graphable and not enforce_eager:
+            self.decode_graphs = self._capture_decode_graphs(max_num_seqs)
         logger.info(
             "KV cache size: %d tokens (%d blocks x %d, %s, from %s); attention backend: %s",
             self.kv_capacity_tokens,
@@ -100,6 +116,28 @@ class ModelRunner:
             budget.source,
             self.attention_backend_name,
         )
+
+    @property
+    def cuda_graph_sizes(self) -> list[int]:
+        return list(self.decode_graphs.sizes) if self.decode_graphs is not None else []
+
+    def _capture_decode_graphs(self, max_num_seqs: int) -> DecodeGraphs | None:
+        graphs = DecodeGraphs(
+            self.model,
+            cast(GraphableBackend, self.backend),
+            max_batch=max_num_seqs,
+            block_size=self.block_size,
+            max_blocks_per_seq=-(-self.max_model_len // self.block_size),
+            device=self.device,
+        )
+        try:
+            graphs.capture()
+        except torch.cuda.OutOfMemoryError as exc:
+            # The cache was sized before capture; a card this full still serves, one launch at a time.
+            logger.warning("Not enough GPU memory to capture CUDA graphs (%s); decoding eagerly", exc)
+            torch.cuda.empty_cache()
+            return None
+        return graphs
 
     def _resolve_max_model_len(
         self, requested: int | None, context: int, per_block: int, budget: KVBudget
@@ -175,10 +213,30 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, chunks: list[ScheduledChunk]) -> StepLogits:
         """One forward over every chunk; float32 logits at each chunk's last position (all on request)."""
-        inputs = self._prepare(chunks)
-        meta = self.backend.build_metadata(inputs.layout)
-        hidden = self.model(inputs.input_ids, inputs.positions, meta)
-        last = self.model.compute_logits(hidden.index_select(0, inputs.last_token_idx)).float()
+        batch = self._host_batch(chunks)
+        graphs = self.decode_graphs
+        if (
+            graphs is not None
+            and len(batch.input_ids) == len(chunks) <= graphs.max_batch
+            and not any(c.return_all_logits for c in chunks)
+        ):
+            hidden = graphs.run(
+                batch.input_ids, batch.positions, batch.slots, batch.block_tables, batch.context_lens
+            )
+            return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})
+        dev = self.device
+        layout = BatchLayout(
+            query_lens=batch.query_lens,
+            context_lens=batch.context_lens,
+            block_tables=batch.block_tables,
+            slot_mapping=_to_device(batch.slots, dev),
+            block_size=self.block_size,
+            device=dev,
+        )
+        meta = self.backend.build_metadata(layout)
+        hidden = self.model(_to_device(batch.input_ids, dev), _to_device(batch.positions, dev), meta)
+        last_token_idx = _to_device(np.cumsum(batch.query_lens) - 1, dev)
+        last = self.model.compute_logits(hidden.index_select(0, last_token_idx)).float()
         all_positions: dict[int, torch.Tensor] = {}
         offset = 0
         for i, chunk in enumerate(chunks):
@@ -188,7 +246,7 @@ class ModelRunner:
             offset += chunk.num_tokens
         return StepLogits(last=last, all_positions=all_positions)
 
-    def _prepare(self, chunks: list[ScheduledChunk]) -> _StepInputs:
+    def _host_batch(self, chunks: list[ScheduledChunk]) -> _HostBatch:
         if not chunks:
             raise ValueError("execute() needs at least one chunk")
         bs = self.block_size
@@ -212,21 +270,13 @@ class ModelRunner:
             positions.append(pos)
             slots.append(table[pos // bs] * bs + pos % bs)
             ids.append(np.asarray(c.token_ids[c.start : end], dtype=np.int64))
-        query_lens = [c.num_tokens for c in chunks]
-        dev = self.device
-        layout = BatchLayout(
-            query_lens=query_lens,
+        return _HostBatch(
+            input_ids=np.concatenate(ids),
+            positions=np.concatenate(positions),
+            slots=np.concatenate(slots),
+            query_lens=[c.num_tokens for c in chunks],
             context_lens=[c.start + c.num_tokens for c in chunks],
             block_tables=[c.block_table for c in chunks],
-            slot_mapping=_to_device(np.concatenate(slots), dev),
-            block_size=bs,
-            device=dev,
-        )
-        return _StepInputs(
-            input_ids=_to_device(np.concatenate(ids), dev),
-            positions=_to_device(np.concatenate(positions), dev),
-            layout=layout,
-            last_token_idx=_to_device(np.cumsum(query_lens) - 1, dev),
         )
 
 

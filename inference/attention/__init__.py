@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 
 import torch
 
@@ -11,20 +13,40 @@ from inference.attention.torch_backend import TorchAttentionBackend
 
 logger = logging.getLogger(__name__)
 
-BACKEND_NAMES = ("auto", "torch", "flash_attn")
+BACKEND_NAMES = ("auto", "torch", "triton", "flash_attn")
 
 
 def select_backend(
-    name: str, *, device: torch.device, dtype: torch.dtype, block_size: int
+    name: str,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
 ) -> AttentionBackend:
-    """With "auto": flash-attn on CUDA in fp16/bf16 if it imports, else torch. Explicit choices fail loud."""
+    """With "auto" on CUDA: flash-attn (fp16/bf16) if it imports, else Triton, else torch; torch on CPU.
+
+    Explicit choices fail loud. "triton" off CUDA needs TRITON_INTERPRET=1 (Triton's CPU interpreter,
+    which the tests use).
+    """
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
-    flash_ok = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
-    if name == "torch" or (name == "auto" and not flash_ok):
+    cuda = device.type == "cuda"
+    if name == "torch" or (name == "auto" and not cuda):
         return TorchAttentionBackend()
-    if not flash_ok:
-        raise ValueError("attention_backend='flash_attn' needs a CUDA device and float16 or bfloat16")
+    if name in ("auto", "flash_attn"):
+        flash = _flash_backend(name, cuda=cuda, dtype=dtype, block_size=block_size)
+        if flash is not None:
+            return flash
+    return _triton_backend(name, cuda=cuda, num_kv_heads=num_kv_heads, head_dim=head_dim)
+
+
+def _flash_backend(name: str, *, cuda: bool, dtype: torch.dtype, block_size: int) -> AttentionBackend | None:
+    if not cuda or dtype not in (torch.float16, torch.bfloat16):
+        if name == "flash_attn":
+            raise ValueError("attention_backend='flash_attn' needs a CUDA device and float16 or bfloat16")
+        return None
     try:
         from inference.attention.flash_backend import FlashAttentionBackend
 
@@ -34,8 +56,29 @@ def select_backend(
             raise ValueError(
                 f"attention_backend='flash_attn' requested but flash-attn is unusable: {exc}"
             ) from exc
-        logger.info("flash-attn unavailable (%s); using the torch attention backend", exc)
-        return TorchAttentionBackend()
+        logger.info("flash-attn unavailable (%s)", exc)
+        return None
+
+
+def _triton_backend(name: str, *, cuda: bool, num_kv_heads: int, head_dim: int) -> AttentionBackend:
+    problem = None
+    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        problem = "needs a CUDA device (or TRITON_INTERPRET=1)"
+    elif importlib.util.find_spec("triton") is None:
+        problem = "Triton is not installed"
+    else:
+        from inference.attention.triton_decode import supports_head_dim
+
+        if not supports_head_dim(head_dim):
+            problem = f"head_dim {head_dim} is not a power of two >= 16"
+    if problem is None:
+        from inference.attention.triton_backend import TritonAttentionBackend
+
+        return TritonAttentionBackend(num_kv_heads)
+    if name == "triton":
+        raise ValueError(f"attention_backend='triton' is unusable: {problem}")
+    logger.info("Triton attention unavailable (%s); using the torch attention backend", problem)
+    return TorchAttentionBackend()
 
 
 __all__ = ["BACKEND_NAMES", "AttentionBackend", "BatchLayout", "select_backend"]

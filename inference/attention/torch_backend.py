@@ -55,7 +55,7 @@ class TorchAttentionBackend(AttentionBackend):
     name = "torch"
 
     def build_metadata(self, layout: BatchLayout) -> TorchAttentionMetadata:
-        meta = TorchAttentionMetadata(slot_mapping=layout.slot_mapping)
+        meta = self.new_metadata(layout.slot_mapping)
         bs, device = layout.block_size, layout.device
         decode_rows: list[int] = []
         decode_tokens: list[int] = []
@@ -75,17 +75,26 @@ class TorchAttentionBackend(AttentionBackend):
                 meta.prefills.append(PrefillSpan(offset, offset + q_len, ctx, blocks, mask))
             offset += q_len
         if decode_rows:
+            meta.decode_token_idx = torch.tensor(decode_tokens, dtype=torch.int64, device=device)
+            meta.all_decode = len(decode_rows) == offset
             ctx_lens = [layout.context_lens[i] for i in decode_rows]
             widths = [-(-c // bs) for c in ctx_lens]
             table = padded_block_table([layout.block_tables[i] for i in decode_rows], widths, device)
-            meta.decode_blocks = table.long().flatten()
-            meta.decode_width = table.shape[1]
-            lengths = torch.tensor(ctx_lens, device=device)
-            key_pos = torch.arange(table.shape[1] * bs, device=device)
-            meta.decode_mask = (key_pos[None, :] < lengths[:, None])[:, None, None, :]
-            meta.decode_token_idx = torch.tensor(decode_tokens, dtype=torch.int64, device=device)
-            meta.all_decode = len(decode_rows) == offset
+            self.add_decode_metadata(meta, table, ctx_lens, bs)
         return meta
+
+    def new_metadata(self, slot_mapping: torch.Tensor) -> TorchAttentionMetadata:
+        return TorchAttentionMetadata(slot_mapping=slot_mapping)
+
+    def add_decode_metadata(
+        self, meta: TorchAttentionMetadata, table: torch.Tensor, context_lens: list[int], block_size: int
+    ) -> None:
+        """The decode rows' gather indices and length mask, from their padded block tables."""
+        meta.decode_blocks = table.long().flatten()
+        meta.decode_width = table.shape[1]
+        lengths = torch.tensor(context_lens, device=table.device)
+        key_pos = torch.arange(table.shape[1] * block_size, device=table.device)
+        meta.decode_mask = (key_pos[None, :] < lengths[:, None])[:, None, None, :]
 
     def forward(
         self,
@@ -97,29 +106,15 @@ class TorchAttentionBackend(AttentionBackend):
         meta: TorchAttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        gqa = q.shape[1] != k.shape[1]
+        self.store(k, v, k_cache, v_cache, meta.slot_mapping)
         out = torch.empty(0) if meta.all_decode else torch.empty_like(q)
-        if meta.decode_token_idx is not None and meta.decode_blocks is not None:
+        if meta.decode_token_idx is not None:
             qd = q if meta.all_decode else q.index_select(0, meta.decode_token_idx)
-            kbuf, vbuf = meta.decode_workspace(k_cache)
-            torch.index_select(k_cache, 0, meta.decode_blocks, out=kbuf)
-            torch.index_select(v_cache, 0, meta.decode_blocks, out=vbuf)
-            # [B * blocks, block_size, Hkv, D] -> [B, Hkv, blocks * block_size, D]
-            rows = (qd.shape[0], meta.decode_width * k_cache.shape[1], *k_cache.shape[2:])
-            kd = kbuf.view(rows).transpose(1, 2)
-            vd = vbuf.view(rows).transpose(1, 2)
-            od = F.scaled_dot_product_attention(
-                qd.unsqueeze(2),
-                kd.to(q.dtype),
-                vd.to(q.dtype),
-                attn_mask=meta.decode_mask,
-                scale=scale,
-                enable_gqa=gqa,
-            ).squeeze(2)
+            od = self.decode(qd, k_cache, v_cache, meta, scale)
             if meta.all_decode:
                 return od
             out.index_copy_(0, meta.decode_token_idx, od)
+        gqa = q.shape[1] != k.shape[1]
         for span in meta.prefills:
             # 4-D [1, heads, tokens, head_dim]: with 3-D inputs and GQA, CPU SDPA falls back to its math
             # kernel, 11x slower than the flash kernel for a 400-token bf16 prompt.
@@ -135,3 +130,40 @@ class TorchAttentionBackend(AttentionBackend):
             )
             out[span.q_start : span.q_end] = oi[0].transpose(0, 1)
         return out
+
+    def store(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> None:
+        write_kv(k, v, k_cache, v_cache, slots)
+
+    def decode(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: TorchAttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        """Attention of the decode rows' queries q [B, H, D] over their cached contexts."""
+        if meta.decode_blocks is None:
+            raise ValueError("decode metadata is missing its block gather")
+        kbuf, vbuf = meta.decode_workspace(k_cache)
+        torch.index_select(k_cache, 0, meta.decode_blocks, out=kbuf)
+        torch.index_select(v_cache, 0, meta.decode_blocks, out=vbuf)
+        # [B * blocks, block_size, Hkv, D] -> [B, Hkv, blocks * block_size, D]
+        rows = (q.shape[0], meta.decode_width * k_cache.shape[1], *k_cache.shape[2:])
+        kd = kbuf.view(rows).transpose(1, 2)
+        vd = vbuf.view(rows).transpose(1, 2)
+        return F.scaled_dot_product_attention(
+            q.unsqueeze(2),
+            kd.to(q.dtype),
+            vd.to(q.dtype),
+            attn_mask=meta.decode_mask,
+            scale=scale,
+            enable_gqa=q.shape[1] != k_cache.shape[2],
+        ).squeeze(2)

@@ -18,6 +18,10 @@ from inference.loader import LoadedModel, default_gguf_path, load_model
 # OpenMP barriers made 2-thread decode steps ~6x slower than 1-thread ones. Set before any runner exists.
 os.environ.setdefault("MOONCAKE_CPU_THREADS", "1")
 torch.set_num_threads(cpu_thread_count())  # the HF reference models run in this process too
+# Without a GPU the Triton kernels run in Triton's CPU interpreter; it is chosen when a kernel is defined,
+# so before any test module imports inference.attention.triton_decode.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_CACHE_DIR = REPO_ROOT / "var" / "test-cache"

@@ -124,16 +124,12 @@ def test_backend_matches_reference(
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_selection_on_cpu_is_torch() -> None:
-    backend = select_backend("auto", device=torch.device("cpu"), dtype=torch.float32, block_size=16)
-    assert backend.name == "torch"
-
-
-def test_missing_flash_attn_falls_back_on_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_flash_attn_fails_loud_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "flash_attn", None)  # makes `import flash_attn` raise ImportError
     cuda = torch.device("cuda")
-    assert select_backend("auto", device=cuda, dtype=torch.bfloat16, block_size=16).name == "torch"
+    shape = {"block_size": 16, "num_kv_heads": 2, "head_dim": 64}
     with pytest.raises(ValueError, match="flash-attn is unusable"):
-        select_backend("flash_attn", device=cuda, dtype=torch.bfloat16, block_size=16)
+        select_backend("flash_attn", device=cuda, dtype=torch.bfloat16, **shape)
     with pytest.raises(ValueError, match="float16 or bfloat16"):
-        select_backend("flash_attn", device=cuda, dtype=torch.float32, block_size=16)
+        select_backend("flash_attn", device=cuda, dtype=torch.float32, **shape)
+    assert select_backend("torch", device=cuda, dtype=torch.bfloat16, **shape).name == "torch"
