@@ -51,9 +51,10 @@ class DecodeGraphs:
         self.slots = torch.full((largest,), -1, dtype=torch.int64, device=device)
         self.block_table = torch.zeros((largest, max_blocks_per_seq), dtype=torch.int32, device=device)
         self.context_lens = torch.ones(largest, dtype=torch.int32, device=device)
-        # Pinned staging: each replay's inputs go up in asynchronous copies. Refilling is safe because a
-        # step ends by reading its sampled tokens back, which waits for everything queued before it.
+        # Pinned staging: each replay's inputs go up in asynchronous copies, and the next refill waits on
+        # an event recorded after them (normally long done: a step ends by reading its tokens back).
         pinned = device.type == "cuda"
+        self._uploaded = torch.cuda.Event() if pinned else None
         self._host = {
             name: torch.empty(tuple(buf.shape), dtype=buf.dtype, pin_memory=pinned)
             for name, buf in self._buffers().items()
@@ -118,6 +119,8 @@ class DecodeGraphs:
         size = self.padded_size(batch)
         if size is None:
             raise ValueError(f"a decode batch of {batch} exceeds the largest captured size {self.max_batch}")
+        if self._uploaded is not None:
+            self._uploaded.synchronize()
         host = {name: tensor.numpy() for name, tensor in self._host.items()}
         host["input_ids"][:batch] = input_ids
         host["input_ids"][batch:size] = 0
@@ -135,6 +138,8 @@ class DecodeGraphs:
             table[row, :used] = blocks[:used]
         for name, buffer in self._buffers().items():
             buffer[:size].copy_(self._host[name][:size], non_blocking=True)
+        if self._uploaded is not None:
+            self._uploaded.record()
         if self.device.type == "cuda":
             self.graphs[size].replay()
             return self.hidden[size][:batch]
