@@ -9,7 +9,10 @@ still become a stop string is held back, so no part of a stop string is ever emi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from transformers import PreTrainedTokenizerFast
 
 _REPLACEMENT = "\ufffd"
 _PREFIX_WINDOW = 5  # prompt tokens decoded as context so the first output token spaces correctly
@@ -19,8 +22,7 @@ class IncrementalDetokenizer:
     def __init__(
         self, tokenizer: Any, prompt_token_ids: list[int], *, skip_special_tokens: bool, stop: list[str]
     ) -> None:
-        self._tokenizer = tokenizer
-        self._skip_special = skip_special_tokens
+        self._decode_ids = _decoder(tokenizer, skip_special_tokens)
         self._stop = stop
         self._max_stop_len = max((len(s) for s in stop), default=0)
         self._ids = list(prompt_token_ids[-_PREFIX_WINDOW:])
@@ -74,10 +76,36 @@ class IncrementalDetokenizer:
         return 0
 
     def _decode(self, ids: list[int]) -> str:
-        text: str = self._tokenizer.decode(
-            ids, skip_special_tokens=self._skip_special, clean_up_tokenization_spaces=False
+        return self._decode_ids(ids)
+
+
+def _decoder(tokenizer: Any, skip_special_tokens: bool) -> Callable[[list[int]], str]:
+    """The Rust decode straight away for Hugging Face fast tokenizers that don't override decoding.
+
+    transformers' decode() is that same call (cleanup off) behind ~3 us of argument handling, paid
+    twice per generated token: 1.5 ms of every 256-sequence step.
+    """
+    kind = type(tokenizer)
+    if (
+        isinstance(tokenizer, PreTrainedTokenizerFast)
+        and kind.decode is PreTrainedTokenizerFast.decode
+        and kind._decode is PreTrainedTokenizerFast._decode
+    ):
+        backend = tokenizer.backend_tokenizer
+
+        def fast(ids: list[int]) -> str:
+            text: str = backend.decode(ids, skip_special_tokens=skip_special_tokens)
+            return text
+
+        return fast
+
+    def general(ids: list[int]) -> str:
+        text: str = tokenizer.decode(
+            ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False
         )
         return text
+
+    return general
 
 
 def decode_token(tokenizer: Any, token_id: int, cache: dict[int, str]) -> str:

@@ -205,7 +205,8 @@ class LLMEngine:
             rows = [i for i, finished_chunk in enumerate(done) if finished_chunk]
             if rows:
                 seqs = [scheduled.seqs[i] for i in rows]
-                result = self.sampler(logits.last[rows], seqs)
+                last = logits.last if len(rows) == len(done) else logits.last[rows]
+                result = self.sampler(last, seqs)
                 for seq, token_id, lps in zip(seqs, result.token_ids, result.logprobs, strict=True):
                     request = self._requests[seq.request_id]
                     self._append_token(request, seq, token_id, lps, now)

@@ -33,8 +33,10 @@ class Sampler:
         self._generator.manual_seed(seed)
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
-        logits = logits.float().clone()
-        self._process(logits, seqs)
+        logits = logits.float()
+        if any(_edits_logits(seq) for seq in seqs):
+            logits = logits.clone()  # processed in place; the caller's tensor stays as it was
+            self._process(logits, seqs)
         want_logprobs = [s.params.logprobs is not None for s in seqs]
         logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
         token_ids = self._choose(logits, seqs)
@@ -99,6 +101,16 @@ class Sampler:
                 continue
             result.append((chosen[row], list(zip(top_ids_l[row][:n], top_vals_l[row][:n], strict=True))))
         return result
+
+
+def _edits_logits(seq: Sequence) -> bool:
+    params = seq.params
+    return bool(
+        params.logits_processors
+        or params.logit_bias
+        or seq.num_output_tokens < params.min_tokens
+        or params.has_penalties
+    )
 
 
 def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence], rows: list[int]) -> None:

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -55,7 +56,7 @@ def padded_block_table(
 ) -> torch.Tensor:
     """[B, max(num_blocks)] int32 table holding only the blocks each sequence uses, zero padded."""
     width = max(num_blocks) if num_blocks else 0
-    table = torch.zeros((len(block_tables), width), dtype=torch.int32)
+    table = np.zeros((len(block_tables), width), dtype=np.int32)
     for row, (blocks, n) in enumerate(zip(block_tables, num_blocks, strict=True)):
-        table[row, :n] = torch.tensor(blocks[:n], dtype=torch.int32)
-    return table.to(device, non_blocking=True)
+        table[row, :n] = blocks[:n]  # numpy takes the list slice directly: no tensor per row
+    return torch.from_numpy(table).to(device, non_blocking=True)

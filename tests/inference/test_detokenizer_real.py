@@ -42,3 +42,21 @@ def test_stop_string_inside_multibyte_text(tokenizer):
         if matched:
             break
     assert matched == "🌙" and "".join(deltas) == "月が綺麗ですね "
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_fast_decode_path_equals_transformers_decode(tokenizer, skip_special_tokens):
+    """The real tokenizer takes the direct Rust decode, and it gives transformers' decode() text."""
+    from inference.detokenizer import _decoder
+
+    fast = _decoder(tokenizer, skip_special_tokens)
+    assert fast.__name__ == "fast"
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": TEXTS[0]}], tokenize=False)
+    ids = tokenizer.encode(chat + TEXTS[1] + TEXTS[2])
+    assert tokenizer.all_special_ids and set(ids) & set(tokenizer.all_special_ids)
+    for end in range(1, len(ids) + 1):
+        window = ids[max(0, end - 7) : end]
+        expected = tokenizer.decode(
+            window, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False
+        )
+        assert fast(window) == expected

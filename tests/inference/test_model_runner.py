@@ -105,11 +105,37 @@ def test_bad_attention_backend(tiny: LoadedModel, backend: str) -> None:
         ScheduledChunk([1, 2, 3], 0, 0, [0]),  # nothing to compute
         ScheduledChunk([1, 2, 3], 0, 3, [128]),  # block id out of range
         ScheduledChunk(list(range(20)), 0, 20, [0]),  # table too short
+        # One-token chunks take the decode fast path, with the same checks:
+        ScheduledChunk([1, 2, 3], 3, 1, [0]),  # past the end of the tokens
+        ScheduledChunk([1, 2, 3], -1, 1, [0]),  # negative start
+        ScheduledChunk(list(range(20)), 19, 1, [0]),  # table too short for the new token
+        ScheduledChunk(list(range(20)), 19, 1, [0, 128]),  # its block id out of range
     ],
 )
 def test_invalid_chunks_are_rejected(tiny: LoadedModel, chunk: ScheduledChunk) -> None:
     with pytest.raises(ValueError, match="chunk 0"):
         runner(tiny).execute([chunk])
+
+
+def test_decode_rows_past_max_model_len_are_rejected(tiny: LoadedModel) -> None:
+    r = runner(tiny, max_model_len=16)
+    with pytest.raises(ValueError, match="exceed max_model_len=16"):
+        r.execute([ScheduledChunk(list(range(17)), 16, 1, [0, 1])])
+
+
+def test_decode_fast_path_builds_the_general_paths_inputs(tiny: LoadedModel) -> None:
+    r = runner(tiny)
+    chunks = [
+        ScheduledChunk(list(range(1, 20)), 18, 1, [5, 9, 11]),
+        ScheduledChunk([4, 5, 6], 2, 1, [2]),
+        ScheduledChunk(list(range(40)), 31, 1, [7, 3, 1]),
+    ]
+    fast, general = r._decode_batch(chunks), r._mixed_batch(chunks)
+    for name in ("input_ids", "positions", "slots"):
+        assert getattr(fast, name).tolist() == getattr(general, name).tolist(), name
+    assert fast.slots.tolist() == [9 * 16 + 2, 2 * 16 + 2, 3 * 16 + 15]
+    assert (fast.query_lens, fast.context_lens) == (general.query_lens, general.context_lens)
+    assert fast.block_tables == general.block_tables
 
 
 def test_empty_step_is_rejected(tiny: LoadedModel) -> None:

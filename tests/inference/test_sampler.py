@@ -100,3 +100,19 @@ def test_logits_processors_mask_per_sequence():
         x, [seq(SamplingParams(logits_processors=[only_9])), seq(SamplingParams(temperature=0))]
     )
     assert result.token_ids == [9, int(x[1].argmax())]
+
+
+def test_the_callers_logits_are_never_modified():
+    """Rows that need processing work on a copy; a batch that needs none is read as it is."""
+    x = logits(3)
+    before = x.clone()
+    mixed = [
+        seq(SamplingParams(temperature=0, logit_bias={7: 100})),
+        seq(SamplingParams(temperature=0, repetition_penalty=1.5), output=(4, 4)),
+        seq(SamplingParams(temperature=0)),
+    ]
+    assert Sampler(eos_token_ids={0})(x, mixed).token_ids[0] == 7
+    assert torch.equal(x, before)
+    plain = [seq(SamplingParams(temperature=0)) for _ in range(3)]
+    assert Sampler(eos_token_ids={0})(x, plain).token_ids == x.argmax(-1).tolist()
+    assert torch.equal(x, before)
