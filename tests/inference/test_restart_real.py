@@ -8,6 +8,7 @@ which hands the old engine's never-started requests, streams intact, to the engi
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -161,6 +162,26 @@ def test_restart_without_drain_aborts_running_and_still_runs_queued(default_load
         manager.unload("smol")
 
 
+async def crash_under_load(manager: ModelManager, prompts: list[list[int]]) -> AsyncEngine:
+    """Five requests (two running, three queued), then one failing model step kills the engine thread."""
+    engine = await asyncio.to_thread(manager.load, "smol")
+    consumers = [Consumer(engine, p, f"r{i}") for i, p in enumerate(prompts)]
+    await wait_for(lambda: engine.stats().num_running == 2 and engine.stats().num_waiting == NUM_REQUESTS - 2)
+    runner: Any = engine.engine.runner
+    execute = runner.execute
+
+    def crash_once(chunks: Any) -> Any:
+        runner.execute = execute
+        raise RuntimeError("injected step failure")
+
+    runner.execute = crash_once
+    for consumer in consumers:
+        with pytest.raises(EngineDeadError, match="injected step failure"):
+            await consumer.result()
+    assert engine.health().state == "dead"
+    return engine
+
+
 def test_a_crashed_engine_fails_every_stream_and_a_restart_serves_again(default_loaded):
     # An engine-thread crash is not a graceful restart: nothing is handed over. Every request, running or
     # queued, ends with EngineDeadError; the console's restart then loads a fresh engine over the same model.
@@ -169,21 +190,7 @@ def test_a_crashed_engine_fails_every_stream_and_a_restart_serves_again(default_
     manager = real_manager(default_loaded)
 
     async def scenario() -> None:
-        old = await asyncio.to_thread(manager.load, "smol")
-        consumers = [Consumer(old, p, f"r{i}") for i, p in enumerate(prompts)]
-        await wait_for(lambda: old.stats().num_running == 2 and old.stats().num_waiting == NUM_REQUESTS - 2)
-        runner: Any = old.engine.runner
-        execute = runner.execute
-
-        def crash_once(chunks: Any) -> Any:
-            runner.execute = execute
-            raise RuntimeError("injected step failure")
-
-        runner.execute = crash_once
-        for consumer in consumers:
-            with pytest.raises(EngineDeadError, match="injected step failure"):
-                await consumer.result()
-        assert old.health().state == "dead"
+        old = await crash_under_load(manager, prompts)
         with pytest.raises(EngineDeadError):
             await anext(old.generate(prompts[0], GREEDY))
         await asyncio.to_thread(manager.reconfigure, "smol", config(max_num_seqs=4), drain_timeout=5.0)
@@ -193,6 +200,25 @@ def test_a_crashed_engine_fails_every_stream_and_a_restart_serves_again(default_
         for consumer, tokens in zip(again, expected, strict=True):
             assert (await consumer.result()).outputs[0].token_ids == tokens
         await wait_for(lambda: idle(new))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        manager.unload("smol")
+
+
+def test_a_dead_engine_reports_no_requests_and_can_be_reaped(default_loaded):
+    # Every stream of a dead engine has ended, so it serves nothing. Its stats must not keep reporting the
+    # requests it held when it died: the /metrics gauges, the console and the manager's idle check read them,
+    # and while they say "busy", keep-alive reaping and LRU eviction never unload the dead engine.
+    manager = real_manager(default_loaded)
+    manager.reconfigure("smol", config(max_num_seqs=2), keep_alive_seconds=60.0)
+
+    async def scenario() -> None:
+        dead = await crash_under_load(manager, prompt_ids(default_loaded))
+        stats = dead.stats()
+        assert (stats.num_running, stats.num_waiting, stats.kv_cache_usage) == (0, 0, 0.0)
+        assert manager.reap_idle(now=time.time() + 3600) == ["smol"]
 
     try:
         asyncio.run(scenario())
