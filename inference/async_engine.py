@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -408,6 +409,9 @@ class AsyncEngine:
             self._health = EngineHealth("dead", error)
             self._accepting = False
             streams, self._streams = self._streams, {}
+            # Every request just failed: the last loop's snapshot would show them running forever, and
+            # the manager's idle checks (keep-alive, eviction) would never unload the dead engine.
+            self._stats = dataclasses.replace(self._stats, num_running=0, num_waiting=0, kv_cache_usage=0.0)
         for stream in streams.values():
             _push(stream, EngineDeadError(f"the engine died: {error}"))
 
