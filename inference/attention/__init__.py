@@ -9,6 +9,7 @@ import os
 import torch
 
 from inference.attention.base import AttentionBackend, BatchLayout
+from inference.attention.flash_backend import PAGED_BLOCK_MULTIPLE
 from inference.attention.torch_backend import TorchAttentionBackend
 
 logger = logging.getLogger(__name__)
@@ -25,17 +26,19 @@ def select_backend(
     num_kv_heads: int,
     head_dim: int,
 ) -> AttentionBackend:
-    """With "auto" on CUDA: flash-attn (fp16/bf16) if it imports, else Triton, else torch; torch on CPU.
+    """With "auto" on CUDA: flash-attn where it reads the cache in place, else Triton, else torch.
 
-    Explicit choices fail loud. "triton" off CUDA needs TRITON_INTERPRET=1 (Triton's CPU interpreter,
-    which the tests use).
+    flash-attn's paged kernels need blocks of a multiple of 256 positions; with smaller blocks (16 by
+    default) our flash backend gathers every context each step, so "auto" takes Triton's paged decode and
+    its CUDA graphs instead (fp16/bf16 only for flash). On CPU "auto" is torch. Explicit choices fail
+    loud; "triton" off CUDA needs TRITON_INTERPRET=1 (Triton's CPU interpreter, which the tests use).
     """
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
     cuda = device.type == "cuda"
     if name == "torch" or (name == "auto" and not cuda):
         return TorchAttentionBackend()
-    if name in ("auto", "flash_attn"):
+    if name == "flash_attn" or (name == "auto" and block_size % PAGED_BLOCK_MULTIPLE == 0):
         flash = _flash_backend(name, cuda=cuda, dtype=dtype, block_size=block_size)
         if flash is not None:
             return flash

@@ -70,3 +70,11 @@ def test_sampling_params_validation(kwargs):
 def test_sampling_params_accepts_a_bare_stop_string():
     assert SamplingParams(stop="###").stop == ["###"]
     assert SamplingParams(temperature=0).is_greedy and SamplingParams(top_k=0).effective_top_k == 0
+
+
+def test_gpu_settings_from_yaml_strings():
+    cfg = EngineConfig.from_dict({"attention_backend": "triton", "enforce_eager": "true"})
+    assert cfg.attention_backend == "triton" and cfg.enforce_eager is True
+    assert EngineConfig().enforce_eager is False  # CUDA graphs on by default
+    with pytest.raises(ValueError, match="enforce_eager"):
+        EngineConfig.from_dict({"enforce_eager": "sometimes"})

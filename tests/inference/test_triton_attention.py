@@ -156,11 +156,30 @@ def test_triton_backend_matches_torch_backend(spans: list[tuple[int, int]]) -> N
     torch.testing.assert_close(caches["triton"][1], caches["torch"][1], atol=0, rtol=0)
 
 
-def select(name: str, device: str, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16) -> str:
+def select(
+    name: str, device: str, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16, block_size: int = 16
+) -> str:
     backend = select_backend(
-        name, device=torch.device(device), dtype=dtype, block_size=16, num_kv_heads=2, head_dim=head_dim
+        name,
+        device=torch.device(device),
+        dtype=dtype,
+        block_size=block_size,
+        num_kv_heads=2,
+        head_dim=head_dim,
     )
     return backend.name
+
+
+def test_auto_takes_flash_attn_only_where_it_reads_the_cache_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.inference.test_attention import fake_flash_attn
+
+    monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn())
+    assert select("auto", "cuda", block_size=256) == "flash_attn"
+    assert select("auto", "cuda", block_size=16) == "triton"  # flash would gather every context per step
+    assert select("flash_attn", "cuda", block_size=16) == "flash_attn"  # asked for: given
+    assert select("auto", "cuda", block_size=256, dtype=torch.float32) == "triton"
 
 
 def test_selection(monkeypatch: pytest.MonkeyPatch) -> None:
