@@ -137,6 +137,11 @@ class ModelRunner:
             logger.warning("Not enough GPU memory to capture CUDA graphs (%s); decoding eagerly", exc)
             torch.cuda.empty_cache()
             return None
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"capturing CUDA graphs for decode failed: {exc}. "
+                "Set enforce_eager: true to serve without them."
+            ) from exc
         return graphs
 
     def _resolve_max_model_len(
