@@ -196,19 +196,10 @@ def time_steps(context: int = 512) -> None:
     """A whole decode step (inputs up, forward, LM head) eager vs replayed from a CUDA graph."""
     import time
 
+    from bench.gpu_check import SHAPES as MODEL_SHAPES
     from inference.model_io import ScheduledChunk
 
-    shape = {
-        "vocab_size": 151936,
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "max_position_embeddings": 40960,
-        "tie_word_embeddings": True,
-    }
+    shape = {k: v for k, v in MODEL_SHAPES["qwen3-0.6b"].items() if k != "kind"}
     results: dict[str, dict[int, float]] = {}
     logits: dict[str, torch.Tensor] = {}
     for label, eager in (("eager", True), ("graphs", False)):
