@@ -22,6 +22,7 @@
 # BENCH_THREADS=N (intra-op threads of BOTH servers: MOONCAKE_CPU_THREADS for ours, OMP_NUM_THREADS for
 # both; unset = each uses every core, which is the fair default on an otherwise idle machine),
 # BENCH_OURS_DTYPE (our server's dtype, default auto = what `make run` serves; float32 = the peer's dtype),
+# BENCH_OURS_QUANT (our server's quantization, default none; gguf keeps the GGUF's Q4_1 linears 4-bit),
 # BENCH_PYSPY=1 (py-spy, installed into the peer venv, samples our server at 20 Hz during load (a):
 # ours-a.pyspy.txt and its summary ours-a.pyspy-summary.txt; external sampling, about 1% of a core).
 set -euo pipefail
@@ -174,6 +175,7 @@ run_ours() {
 model:
   model_id: default
   dtype: ${BENCH_OURS_DTYPE:-auto}
+  quantization: ${BENCH_OURS_QUANT:-none}
 engine:
   kv_cache_memory_bytes: $KV_BYTES
 EOF

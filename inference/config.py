@@ -12,6 +12,7 @@ from typing import Any
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "torch", "triton", "flash_attn")
+_QUANTIZATIONS = ("none", "gguf")
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
 _IGNORED_KEYS = frozenset({"type", "name", "aliases", "keep_alive", "keep_alive_seconds"})
 _ALIASES = {"model_id": "model"}
@@ -30,6 +31,7 @@ class ModelConfig:
     max_model_len: int | None = None
     attention_backend: str = "auto"
     seed: int = 0
+    quantization: str = "none"
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -42,6 +44,8 @@ class ModelConfig:
             raise ValueError(f"attention_backend must be one of {_BACKENDS}, got {self.attention_backend!r}")
         if self.max_model_len is not None:
             _positive("max_model_len", self.max_model_len)
+        if self.quantization not in _QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {_QUANTIZATIONS}, got {self.quantization!r}")
 
 
 @dataclass(slots=True)
@@ -101,6 +105,8 @@ class EngineConfig:
     max_queue_len: int = 256
     attention_backend: str = "auto"
     enforce_eager: bool = False  # CUDA: no decode graphs (slower; for debugging, as in vLLM)
+    # "gguf": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
+    quantization: str = "none"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -113,7 +119,13 @@ class EngineConfig:
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(
-            self.model, self.dtype, self.device, self.max_model_len, self.attention_backend, self.seed
+            self.model,
+            self.dtype,
+            self.device,
+            self.max_model_len,
+            self.attention_backend,
+            self.seed,
+            self.quantization,
         )
 
     def cache_config(self) -> CacheConfig:

@@ -44,7 +44,9 @@ class LLMEngine:
         if loaded is None:
             from inference.loader import load_model  # heavy import, only when we load here
 
-            loaded = load_model(config.model, dtype=config.dtype, device=config.device)
+            loaded = load_model(
+                config.model, dtype=config.dtype, device=config.device, quantization=config.quantization
+            )
         if runner is None:
             from inference.model_runner import ModelRunner
 

@@ -15,7 +15,8 @@ from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrained
 
 from inference.device import resolve_device, resolve_dtype
 from inference.gguf_convert import ensure_converted
-from inference.models import SUPPORTED_ARCHITECTURES, get_model_class
+from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class
+from inference.models.int4 import int4_supported
 from inference.models.onednn import packing_supported
 from inference.models.weights import load_weights
 
@@ -91,9 +92,17 @@ def resolve_source(source: str) -> Path:
 
 
 def load_model(
-    source: str, *, dtype: str = "auto", device: str = "auto", cache_dir: Path | None = None
+    source: str,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    cache_dir: Path | None = None,
+    quantization: str = "none",
 ) -> LoadedModel:
-    """Load `source` ("default", a HF directory or a .gguf) with our own model implementation."""
+    """Load `source` ("default", a HF directory or a .gguf) with our own model implementation.
+
+    quantization="gguf" keeps a GGUF's Q4_0/Q4_1 projections 4-bit (CPU, bf16 activations).
+    """
     started = time.monotonic()
     path = resolve_source(source)
     model_dir = ensure_converted(path, cache_dir or default_cache_dir()) if path.is_file() else path
@@ -103,6 +112,10 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    if quantization not in ("none", "gguf"):
+        raise ValueError(f"quantization must be 'none' or 'gguf', got {quantization!r}")
+    if quantization == "gguf":
+        _check_gguf_int4(path, torch_device, torch_dtype)
 
     with torch.device("meta"):
         model = model_cls(hf_config)
@@ -112,6 +125,8 @@ def load_model(
     load_weights(model, model_dir)
     model.eval()
     num_params = sum(p.numel() for p in model.parameters())
+    if quantization == "gguf":
+        _use_gguf_int4(model, path, hf_config)
     if torch_device.type == "cpu" and packing_supported(torch_dtype):
         model.pack_linears()
     loaded = LoadedModel(
@@ -138,6 +153,29 @@ def load_model(
         time.monotonic() - started,
     )
     return loaded
+
+
+def _check_gguf_int4(path: Path, device: torch.device, dtype: torch.dtype) -> None:
+    if not path.is_file():
+        raise ValueError("quantization='gguf' needs a .gguf model file")
+    if device.type != "cpu" or dtype != torch.bfloat16 or not int4_supported():
+        raise ValueError(
+            "quantization='gguf' runs on CPU in bfloat16 (dtype auto on an AMX/AVX512-BF16 CPU, or bfloat16)"
+        )
+
+
+def _use_gguf_int4(model: torch.nn.Module, path: Path, hf_config: PretrainedConfig) -> None:
+    if not isinstance(model, DecoderForCausalLM):
+        raise ValueError(f"quantization='gguf' needs one of our models, got {type(model).__name__}")
+    from inference.gguf_q4 import read_q4_linears
+
+    blocks = read_q4_linears(
+        path, num_heads=hf_config.num_attention_heads, num_kv_heads=hf_config.num_key_value_heads
+    )
+    count = model.use_int4(blocks)
+    if count == 0:
+        raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")
+    logger.info("Kept %d projections of %s 4-bit (Q4_0/Q4_1)", count, path.name)
 
 
 def _architecture(hf_config: PretrainedConfig) -> str:

@@ -15,6 +15,7 @@ from transformers import PretrainedConfig
 from inference.attention.base import AttentionBackend
 from inference.kv_cache import KVCacheSpec
 from inference.models.args import ModelArgs
+from inference.models.int4 import Q4Blocks
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
 from inference.models.onednn import pack_weight, packed_linear
 from inference.models.rotary import RotaryEmbedding, apply_rotary
@@ -161,9 +162,28 @@ class DecoderForCausalLM(nn.Module):
 
     def weight_bytes(self) -> int:
         """Memory the weights take, prepacked copies included (those are plain attributes, not parameters)."""
-        packed = [m.packed_weight for m in self.modules() if isinstance(m, Linear)]
-        tensors = [*self.parameters(), *packed, self._packed_head]
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        linears = [m for m in self.modules() if isinstance(m, Linear)]
+        tensors = [*self.parameters(), *(m.packed_weight for m in linears), self._packed_head]
+        int4 = sum(m.int4_weight.nbytes() for m in linears if m.int4_weight is not None)
+        return int4 + sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+    def use_int4(self, blocks: dict[str, Q4Blocks]) -> int:
+        """Give every projection whose checkpoint weights (all shards of a fused one) are in `blocks` its
+        4-bit weights; returns how many projections took them."""
+        shards_of: dict[str, list[str]] = {}
+        for fused, original, _ in self.stacked_params:
+            shards_of.setdefault(fused, []).append(original)
+        count = 0
+        for name, module in self.named_modules():
+            if not isinstance(module, Linear) or module.int4_weight is not None:
+                continue
+            parent, _, attr = name.rpartition(".")
+            prefix = f"{parent}." if parent else ""
+            sources = [f"{prefix}{original}.weight" for original in shards_of.get(attr, [attr])]
+            if all(source in blocks for source in sources):
+                module.use_int4(Q4Blocks.stack([blocks[source] for source in sources]))
+                count += 1
+        return count
 
     def pack_linears(self) -> None:
         """Prepack every projection and the LM head for oneDNN (call once, after the weights are loaded).
@@ -171,7 +191,7 @@ class DecoderForCausalLM(nn.Module):
         A tied LM head keeps the dense embedding for token lookup and gets a packed copy of its own.
         """
         for module in self.modules():
-            if isinstance(module, Linear) and module.packed_weight is None:
+            if isinstance(module, Linear) and module.packed_weight is None and module.int4_weight is None:
                 module.pack()
         if self.lm_head is None and self._packed_head is None:
             self._packed_head = pack_weight(self.model.embed_tokens.weight)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inference.models.int4 import Int4Weight, Q4Blocks, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
 
 
@@ -24,16 +25,32 @@ class RMSNorm(nn.Module):
 
 
 class Linear(nn.Linear):
-    """nn.Linear that can swap its weight for a oneDNN-prepacked copy (bf16 on CPU, see onednn.py)."""
+    """nn.Linear that can swap its weight for a oneDNN-prepacked copy (bf16 on CPU, see onednn.py) or for
+    a GGUF's own 4-bit blocks (int4.py)."""
 
     packed_weight: torch.Tensor | None = None
+    int4_weight: Int4Weight | None = None
 
     def pack(self) -> None:
         """Prepack the weight and drop the dense copy; the module then only runs forward."""
         self.packed_weight = pack_weight(self.weight)
+        self._drop_dense()
+
+    def use_int4(self, blocks: Q4Blocks) -> None:
+        """Multiply with these 4-bit blocks from now on, and drop the dense copy."""
+        if tuple(blocks.levels.shape) != (self.out_features, self.in_features):
+            shape = (self.out_features, self.in_features)
+            raise ValueError(f"4-bit blocks of shape {blocks.levels.shape} for a linear of shape {shape}")
+        self.int4_weight = pack_int4(blocks)
+        self.packed_weight = None
+        self._drop_dense()
+
+    def _drop_dense(self) -> None:
         self.weight = nn.Parameter(torch.empty(0, dtype=self.weight.dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.int4_weight is not None:
+            return int4_linear(x, self.int4_weight, self.bias)
         if self.packed_weight is not None:
             return packed_linear(x, self.packed_weight, self.bias)
         return F.linear(x, self.weight, self.bias)

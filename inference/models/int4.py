@@ -1,0 +1,80 @@
+"""4-bit linears for a GGUF's Q4_0/Q4_1 weights on CPU: the file's own levels, never dequantized.
+
+torch's CPU int4 kernel computes x @ W^T with W = (level - 8) * scale + zero per group of 32 input
+columns. A Q4_1 block (d * level + m) is that with scale = d and zero = m + 8d; a Q4_0 block
+(d * (level - 8)) with zero = 0. The kernel holds scale and zero in bf16, so W differs from the GGUF's
+values by bf16 rounding, as the bf16 dequantized weights do. A decode step then reads 4.5 bits per weight
+instead of 16: the batch-1 weight stream of the default model is about 3x shorter (bench/NOTES.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+GROUP = 32  # Q4_0 and Q4_1 quantize blocks of 32 weights along the input dimension
+
+
+@dataclass(frozen=True, slots=True)
+class Q4Blocks:
+    """One weight matrix as 4-bit levels with a scale and zero per block: W = (levels - 8) * scale + zero."""
+
+    levels: np.ndarray  # [out, in] uint8 in 0..15
+    scale: np.ndarray  # [out, in // 32] float32
+    zero: np.ndarray  # [out, in // 32] float32: the weight at level 8
+
+    def dequantize(self) -> np.ndarray:
+        """The exact weights, in float32."""
+        scale = np.repeat(self.scale, GROUP, axis=1)
+        zero = np.repeat(self.zero, GROUP, axis=1)
+        return (self.levels.astype(np.float32) - 8.0) * scale + zero
+
+    @staticmethod
+    def stack(parts: list[Q4Blocks]) -> Q4Blocks:
+        """Row-wise concatenation, as the fused QKV and gate-up projections stack their shards."""
+        return Q4Blocks(
+            np.concatenate([p.levels for p in parts]),
+            np.concatenate([p.scale for p in parts]),
+            np.concatenate([p.zero for p in parts]),
+        )
+
+
+@dataclass(slots=True)
+class Int4Weight:
+    packed: torch.Tensor  # torch's CPU int4 layout
+    scales_zeros: torch.Tensor  # [in // 32, out, 2] bf16
+    out_features: int
+    in_features: int
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales_zeros))
+
+
+def pack_int4(blocks: Q4Blocks) -> Int4Weight:
+    out_features, in_features = blocks.levels.shape
+    if in_features % GROUP:
+        raise ValueError(f"4-bit weights need an input size divisible by {GROUP}, got {in_features}")
+    levels = torch.from_numpy(blocks.levels.astype(np.int32))
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(levels, 1)
+    scales_zeros = torch.stack(
+        [torch.from_numpy(blocks.scale).T, torch.from_numpy(blocks.zero).T], dim=-1
+    ).to(torch.bfloat16)
+    return Int4Weight(packed, scales_zeros.contiguous(), out_features, in_features)
+
+
+def int4_linear(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., in] in bf16 -> [..., out] in bf16."""
+    flat = x.reshape(-1, weight.in_features)
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, weight.packed, GROUP, weight.scales_zeros)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x.shape[:-1], weight.out_features)
+
+
+def int4_supported() -> bool:
+    """Whether this torch has the CPU int4 kernels."""
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(
+        torch.ops.aten, "_convert_weight_to_int4pack_for_cpu"
+    )
