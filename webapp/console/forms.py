@@ -62,6 +62,12 @@ class ModelDefaultsForm(forms.Form):
         choices=ModelRegistration.Dtype.choices,
         help_text="Weight precision; auto picks bf16 on GPUs and on AMX or AVX512-BF16 CPUs, else fp32.",
     )
+    quantization = forms.ChoiceField(
+        required=False,
+        choices=ModelRegistration.Quantization.choices,
+        help_text="gguf runs a GGUF's 4-bit layers as they are (CPU, bf16): less memory, faster single "
+        "streams, slower large batches and long prompts.",
+    )
     temperature = forms.FloatField(required=False, min_value=0.0, max_value=2.0, help_text="0 is greedy.")
     top_p = forms.FloatField(required=False, min_value=0.0, max_value=1.0, help_text="Nucleus sampling mass.")
     top_k = forms.IntegerField(
@@ -80,6 +86,7 @@ class ModelDefaultsForm(forms.Form):
         initial = {
             "max_model_len": row.max_model_len,
             "dtype": row.dtype,
+            "quantization": row.quantization,
             "system_prompt": row.system_prompt,
             "keep_alive_seconds": row.keep_alive_seconds,
             **row.sampling_defaults,
@@ -94,6 +101,7 @@ class ModelDefaultsForm(forms.Form):
         return {
             "max_model_len": data["max_model_len"],
             "dtype": data["dtype"],
+            "quantization": data["quantization"] or ModelRegistration.Quantization.NONE,
             "sampling_defaults": sampling,
             "system_prompt": data["system_prompt"],
             "keep_alive_seconds": data["keep_alive_seconds"],

@@ -23,6 +23,12 @@ class ModelRegistration(models.Model):
     builtin = models.BooleanField(default=False)
     max_model_len = models.PositiveIntegerField(null=True, blank=True)
     dtype = models.CharField(max_length=16, choices=Dtype.choices, default=Dtype.AUTO)
+
+    class Quantization(models.TextChoices):
+        NONE = "none", "none (dequantized weights)"
+        GGUF = "gguf", "gguf (keep Q4_0/Q4_1 4-bit, CPU)"
+
+    quantization = models.CharField(max_length=16, choices=Quantization.choices, default=Quantization.NONE)
     # Sampling defaults (temperature, top_p, top_k, max_tokens) applied when a request leaves them out.
     sampling_defaults = models.JSONField(default=dict, blank=True)
     system_prompt = models.TextField(blank=True)

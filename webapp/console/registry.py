@@ -14,7 +14,15 @@ from webapp.core.engine import engine_config_dict, get_manager
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_FIELDS = ("max_model_len", "dtype", "sampling_defaults", "system_prompt", "keep_alive_seconds")
+DEFAULT_FIELDS = (
+    "max_model_len",
+    "dtype",
+    "quantization",
+    "sampling_defaults",
+    "system_prompt",
+    "keep_alive_seconds",
+)
+ENGINE_DEFAULT_FIELDS = ("max_model_len", "dtype", "quantization", "keep_alive_seconds")
 
 
 def engine_config_for(registration: ModelRegistration, tuning: EngineSettings | None = None) -> Any:
@@ -26,6 +34,7 @@ def engine_config_for(registration: ModelRegistration, tuning: EngineSettings | 
     values.update(engine_overrides(tuning or engine_settings_get()))
     values["model"] = registration.source
     values["dtype"] = registration.dtype
+    values["quantization"] = registration.quantization
     if registration.max_model_len:
         values["max_model_len"] = registration.max_model_len
     return EngineConfig.from_dict(values)
@@ -67,9 +76,26 @@ def sync_manager() -> Any:
         if name not in rows:
             ModelRegistration.objects.get_or_create(
                 name=name,
-                defaults={"aliases": list(info.aliases), "source": str(info.source), "builtin": True},
+                defaults={
+                    "aliases": list(info.aliases),
+                    "source": str(info.source),
+                    "builtin": True,
+                    **builtin_engine_fields(),
+                },
             )
     return manager
+
+
+def builtin_engine_fields() -> dict[str, Any]:
+    """mooncake.yaml's dtype and quantization for the model it serves, so that a later restart from the
+    console (which applies the row's values) keeps them."""
+    yaml = engine_config_dict(settings.MOONCAKE)
+    fields: dict[str, Any] = {}
+    if yaml.get("dtype") in ModelRegistration.Dtype.values:
+        fields["dtype"] = yaml["dtype"]
+    if yaml.get("quantization") in ModelRegistration.Quantization.values:
+        fields["quantization"] = yaml["quantization"]
+    return fields
 
 
 def registration_create(
@@ -103,14 +129,13 @@ def registration_snapshot(registration: ModelRegistration) -> dict[str, Any]:
 
 
 def registration_update_defaults(*, registration: ModelRegistration, values: dict[str, Any]) -> bool:
-    """Save per-model defaults; True when the engine must restart (dtype, max_model_len, keep-alive)."""
+    """Save per-model defaults; True when the engine must restart (ENGINE_DEFAULT_FIELDS changed)."""
     before = registration_snapshot(registration)
     for name in DEFAULT_FIELDS:
         setattr(registration, name, values[name])
     registration.save()
     after = registration_snapshot(registration)
-    engine_keys = ("max_model_len", "dtype", "keep_alive_seconds")
-    return any(before[k] != after[k] for k in engine_keys)
+    return any(before[k] != after[k] for k in ENGINE_DEFAULT_FIELDS)
 
 
 def model_defaults(name: str) -> dict[str, Any]:

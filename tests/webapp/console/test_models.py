@@ -190,6 +190,43 @@ def test_defaults_save_and_restart_when_needed(
     assert (entry.before or {})["dtype"] == "auto" and (entry.after or {})["dtype"] == "float32"
 
 
+def test_quantization_is_per_model_and_restarts_it(
+    staff_client: Client,
+    manager: ModelManager,
+    engines: list[SizedFakeEngine],
+    model_root: Path,
+    settings: Any,
+) -> None:
+    """A 4-bit setting in mooncake.yaml belongs to the model it serves: the builtin row takes it, and a
+    Hugging Face folder registered in the console does not inherit it (it could not load)."""
+    settings.MOONCAKE = {**settings.MOONCAKE, "model": {"model_id": "default", "quantization": "gguf"}}
+    staff_client.get(reverse("console:models"))
+    base = ModelRegistration.objects.get(name="base")
+    assert base.builtin and base.quantization == "gguf"
+    register(staff_client, model_root, "tiny")
+    tiny = ModelRegistration.objects.get(name="tiny")
+    assert tiny.quantization == "none"
+    manager.load("tiny")
+    assert engines[-1].config.quantization == "none"
+
+    prefix = f"m{base.pk}-"
+    data = {prefix + "dtype": "auto", prefix + "quantization": "none"}
+    response = staff_client.post(
+        reverse("console:model-defaults", args=[base.pk]), data, headers={"HX-Request": "true"}
+    )
+    assert "restarts to apply" in response.content.decode()
+    process_jobs.wait_all()
+    base.refresh_from_db()
+    assert base.quantization == "none"
+    manager.load("base")
+    assert engines[-1].config.quantization == "none" and engines[-1].config.model == "default"
+    data[prefix + "quantization"] = "q2"
+    response = staff_client.post(
+        reverse("console:model-defaults", args=[base.pk]), data, headers={"HX-Request": "true"}
+    )
+    assert "quantization" in response.content.decode() and "q2" in response.content.decode()
+
+
 def test_invalid_defaults_are_reported(staff_client: Client, manager: ModelManager) -> None:
     staff_client.get(reverse("console:models"))
     row = ModelRegistration.objects.get(name="base")
