@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -22,20 +21,9 @@ from inference.kv_cache import (
 from inference.loader import LoadedModel
 from inference.model_io import ScheduledChunk, StepLogits
 from inference.models import DecoderForCausalLM
+from inference.step_inputs import host_batch
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _HostBatch:
-    """One step's flat inputs on the host, validated, in chunk order."""
-
-    input_ids: np.ndarray
-    positions: np.ndarray
-    slots: np.ndarray
-    query_lens: list[int]
-    context_lens: list[int]
-    block_tables: list[list[int]]
 
 
 class ModelRunner:
@@ -218,7 +206,9 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, chunks: list[ScheduledChunk]) -> StepLogits:
         """One forward over every chunk; float32 logits at each chunk's last position (all on request)."""
-        batch = self._host_batch(chunks)
+        batch = host_batch(
+            chunks, block_size=self.block_size, max_model_len=self.max_model_len, num_blocks=self.num_blocks
+        )
         graphs = self.decode_graphs
         if (
             graphs is not None
@@ -250,79 +240,6 @@ class ModelRunner:
                 all_positions[i] = self.model.compute_logits(rows).float()
             offset += chunk.num_tokens
         return StepLogits(last=last, all_positions=all_positions)
-
-    def _host_batch(self, chunks: list[ScheduledChunk]) -> _HostBatch:
-        if not chunks:
-            raise ValueError("execute() needs at least one chunk")
-        if all(c.num_tokens == 1 for c in chunks):
-            return self._decode_batch(chunks)
-        return self._mixed_batch(chunks)
-
-    def _mixed_batch(self, chunks: list[ScheduledChunk]) -> _HostBatch:
-        bs = self.block_size
-        ids: list[np.ndarray] = []
-        positions: list[np.ndarray] = []
-        slots: list[np.ndarray] = []
-        for i, c in enumerate(chunks):
-            end = c.start + c.num_tokens
-            if c.num_tokens < 1 or c.start < 0 or end > len(c.token_ids):
-                raise ValueError(
-                    f"chunk {i}: start={c.start} num_tokens={c.num_tokens} with {len(c.token_ids)} tokens"
-                )
-            if end > self.max_model_len:
-                raise ValueError(f"chunk {i}: {end} tokens exceed max_model_len={self.max_model_len}")
-            table = np.asarray(c.block_table[: -(-end // bs)], dtype=np.int64)
-            if len(table) * bs < end:
-                raise ValueError(f"chunk {i}: block_table covers {len(table) * bs} positions, needs {end}")
-            if table.size and (table.min() < 0 or table.max() >= self.num_blocks):
-                raise ValueError(f"chunk {i}: block ids must lie in [0, {self.num_blocks})")
-            pos = np.arange(c.start, end, dtype=np.int64)
-            positions.append(pos)
-            slots.append(table[pos // bs] * bs + pos % bs)
-            ids.append(np.asarray(c.token_ids[c.start : end], dtype=np.int64))
-        return _HostBatch(
-            input_ids=np.concatenate(ids),
-            positions=np.concatenate(positions),
-            slots=np.concatenate(slots),
-            query_lens=[c.num_tokens for c in chunks],
-            context_lens=[c.start + c.num_tokens for c in chunks],
-            block_tables=[c.block_table for c in chunks],
-        )
-
-    def _decode_batch(self, chunks: list[ScheduledChunk]) -> _HostBatch:
-        """One new token per chunk: plain integer arithmetic, ~10x cheaper than numpy per chunk.
-
-        Only the block the new token lands in is checked; earlier ones were when their tokens were.
-        """
-        bs = self.block_size
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        for i, c in enumerate(chunks):
-            pos = c.start
-            if pos < 0 or pos >= len(c.token_ids):
-                raise ValueError(f"chunk {i}: start={c.start} num_tokens=1 with {len(c.token_ids)} tokens")
-            if pos >= self.max_model_len:
-                raise ValueError(f"chunk {i}: {pos + 1} tokens exceed max_model_len={self.max_model_len}")
-            if pos // bs >= len(c.block_table):
-                needed = pos + 1
-                raise ValueError(
-                    f"chunk {i}: block_table covers {len(c.block_table) * bs} positions, needs {needed}"
-                )
-            block = c.block_table[pos // bs]
-            if not 0 <= block < self.num_blocks:
-                raise ValueError(f"chunk {i}: block ids must lie in [0, {self.num_blocks})")
-            ids.append(c.token_ids[pos])
-            positions.append(pos)
-            slots.append(block * bs + pos % bs)
-        return _HostBatch(
-            input_ids=np.array(ids, dtype=np.int64),
-            positions=np.array(positions, dtype=np.int64),
-            slots=np.array(slots, dtype=np.int64),
-            query_lens=[1] * len(chunks),
-            context_lens=[p + 1 for p in positions],
-            block_tables=[c.block_table for c in chunks],
-        )
 
 
 def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:

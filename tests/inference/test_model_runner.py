@@ -123,21 +123,6 @@ def test_decode_rows_past_max_model_len_are_rejected(tiny: LoadedModel) -> None:
         r.execute([ScheduledChunk(list(range(17)), 16, 1, [0, 1])])
 
 
-def test_decode_fast_path_builds_the_general_paths_inputs(tiny: LoadedModel) -> None:
-    r = runner(tiny)
-    chunks = [
-        ScheduledChunk(list(range(1, 20)), 18, 1, [5, 9, 11]),
-        ScheduledChunk([4, 5, 6], 2, 1, [2]),
-        ScheduledChunk(list(range(40)), 31, 1, [7, 3, 1]),
-    ]
-    fast, general = r._decode_batch(chunks), r._mixed_batch(chunks)
-    for name in ("input_ids", "positions", "slots"):
-        assert getattr(fast, name).tolist() == getattr(general, name).tolist(), name
-    assert fast.slots.tolist() == [9 * 16 + 2, 2 * 16 + 2, 3 * 16 + 15]
-    assert (fast.query_lens, fast.context_lens) == (general.query_lens, general.context_lens)
-    assert fast.block_tables == general.block_tables
-
-
 def test_empty_step_is_rejected(tiny: LoadedModel) -> None:
     with pytest.raises(ValueError, match="at least one chunk"):
         runner(tiny).execute([])
