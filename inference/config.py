@@ -12,7 +12,7 @@ from typing import Any
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "torch", "triton", "flash_attn")
-_QUANTIZATIONS = ("none", "gguf")
+QUANTIZATIONS = ("none", "gguf")
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
 _IGNORED_KEYS = frozenset({"type", "name", "aliases", "keep_alive", "keep_alive_seconds"})
 _ALIASES = {"model_id": "model"}
@@ -44,8 +44,8 @@ class ModelConfig:
             raise ValueError(f"attention_backend must be one of {_BACKENDS}, got {self.attention_backend!r}")
         if self.max_model_len is not None:
             _positive("max_model_len", self.max_model_len)
-        if self.quantization not in _QUANTIZATIONS:
-            raise ValueError(f"quantization must be one of {_QUANTIZATIONS}, got {self.quantization!r}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
 
 
 @dataclass(slots=True)

@@ -59,6 +59,8 @@ class DecodeGraphs:
             name: torch.empty(tuple(buf.shape), dtype=buf.dtype, pin_memory=pinned)
             for name, buf in self._buffers().items()
         }
+        # numpy views of the same memory, filled each step
+        self._host_arrays = {name: tensor.numpy() for name, tensor in self._host.items()}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.hidden: dict[int, torch.Tensor] = {}
 
@@ -121,7 +123,7 @@ class DecodeGraphs:
             raise ValueError(f"a decode batch of {batch} exceeds the largest captured size {self.max_batch}")
         if self._uploaded is not None:
             self._uploaded.synchronize()
-        host = {name: tensor.numpy() for name, tensor in self._host.items()}
+        host = self._host_arrays
         host["input_ids"][:batch] = input_ids
         host["input_ids"][batch:size] = 0
         host["positions"][:batch] = positions

@@ -22,7 +22,7 @@ class IncrementalDetokenizer:
     def __init__(
         self, tokenizer: Any, prompt_token_ids: list[int], *, skip_special_tokens: bool, stop: list[str]
     ) -> None:
-        self._decode_ids = _decoder(tokenizer, skip_special_tokens)
+        self._decode = _decoder(tokenizer, skip_special_tokens)
         self._stop = stop
         self._max_stop_len = max((len(s) for s in stop), default=0)
         self._ids = list(prompt_token_ids[-_PREFIX_WINDOW:])
@@ -74,9 +74,6 @@ class IncrementalDetokenizer:
             if any(stop.startswith(tail) for stop in self._stop):
                 return size
         return 0
-
-    def _decode(self, ids: list[int]) -> str:
-        return self._decode_ids(ids)
 
 
 def _decoder(tokenizer: Any, skip_special_tokens: bool) -> Callable[[list[int]], str]:

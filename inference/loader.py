@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
+from inference.config import QUANTIZATIONS
 from inference.device import resolve_device, resolve_dtype
 from inference.gguf_convert import ensure_converted
 from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class
@@ -112,8 +113,8 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    if quantization not in ("none", "gguf"):
-        raise ValueError(f"quantization must be 'none' or 'gguf', got {quantization!r}")
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     if quantization == "gguf":
         _check_gguf_int4(path, torch_device, torch_dtype)
 

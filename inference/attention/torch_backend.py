@@ -29,7 +29,7 @@ class PrefillSpan:
 @dataclass(slots=True)
 class TorchAttentionMetadata:
     slot_mapping: torch.Tensor
-    decode_token_idx: torch.Tensor | None = None  # flat token index of each decode row
+    decode_token_idx: torch.Tensor | None = None  # flat token index of each decode row (mixed steps only)
     decode_blocks: torch.Tensor | None = None  # [B * max_blocks] int64: the padded block tables, flattened
     decode_width: int = 0  # max_blocks: blocks per row of the padded tables
     decode_mask: torch.Tensor | None = None  # [B, 1, 1, max_blocks * block_size] bool
@@ -75,8 +75,9 @@ class TorchAttentionBackend(AttentionBackend):
                 meta.prefills.append(PrefillSpan(offset, offset + q_len, ctx, blocks, mask))
             offset += q_len
         if decode_rows:
-            meta.decode_token_idx = torch.tensor(decode_tokens, dtype=torch.int64, device=device)
             meta.all_decode = len(decode_rows) == offset
+            if not meta.all_decode:
+                meta.decode_token_idx = torch.tensor(decode_tokens, dtype=torch.int64, device=device)
             ctx_lens = [layout.context_lens[i] for i in decode_rows]
             widths = [-(-c // bs) for c in ctx_lens]
             table = padded_block_table([layout.block_tables[i] for i in decode_rows], widths, device)
@@ -107,12 +108,11 @@ class TorchAttentionBackend(AttentionBackend):
         scale: float,
     ) -> torch.Tensor:
         self.store(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = torch.empty(0) if meta.all_decode else torch.empty_like(q)
+        if meta.all_decode:
+            return self.decode(q, k_cache, v_cache, meta, scale)
+        out = torch.empty_like(q)
         if meta.decode_token_idx is not None:
-            qd = q if meta.all_decode else q.index_select(0, meta.decode_token_idx)
-            od = self.decode(qd, k_cache, v_cache, meta, scale)
-            if meta.all_decode:
-                return od
+            od = self.decode(q.index_select(0, meta.decode_token_idx), k_cache, v_cache, meta, scale)
             out.index_copy_(0, meta.decode_token_idx, od)
         gqa = q.shape[1] != k.shape[1]
         for span in meta.prefills:

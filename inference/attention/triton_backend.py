@@ -49,14 +49,12 @@ class TritonAttentionBackend(TorchAttentionBackend):
         self, slot_mapping: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor
     ) -> TritonAttentionMetadata:
         """A decode-only step over fixed buffers that the caller refills before each graph replay."""
-        batch = slot_mapping.shape[0]
         return TritonAttentionMetadata(
             slot_mapping=slot_mapping,
-            decode_token_idx=torch.arange(batch, device=slot_mapping.device),
             all_decode=True,
             decode_table=block_table,
             decode_context_lens=context_lens,
-            decode_splits=num_splits(batch, self.num_kv_heads, slot_mapping.device),
+            decode_splits=num_splits(slot_mapping.shape[0], self.num_kv_heads, slot_mapping.device),
         )
 
     def store(

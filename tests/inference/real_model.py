@@ -79,3 +79,18 @@ def hf_greedy(model: Any, prompt: list[int], eos: set[int]) -> tuple[list[int], 
         torch.log_softmax(step[0].float(), -1)[t].item() for step, t in zip(out.logits, tokens, strict=False)
     ]
     return tokens, logprobs
+
+
+@torch.inference_mode()
+def worst_gap_to_fp32(reference: Any, all_prompts: list[list[int]], outputs: list[Any]) -> float:
+    """Teacher-forced through `reference` (HF in fp32): the largest amount by which a greedy pick of ours
+    falls below the reference's top logit at its position (0 when every pick is the reference's top)."""
+    worst = 0.0
+    for prompt, out in zip(all_prompts, outputs, strict=True):
+        tokens = out.outputs[0].token_ids
+        assert tokens, f"no tokens for a prompt of {len(prompt)} tokens"
+        logits = reference(torch.tensor([prompt + tokens])).logits[0].float()
+        at_choice = logits[len(prompt) - 1 : len(prompt) - 1 + len(tokens)]
+        gap = at_choice.max(-1).values - at_choice[torch.arange(len(tokens)), torch.tensor(tokens)]
+        worst = max(worst, gap.max().item())
+    return worst

@@ -15,7 +15,7 @@ from inference.device import fast_bf16_cpu, resolve_dtype
 from inference.loader import LoadedModel, load_model
 from inference.models.layers import Linear
 from inference.models.onednn import pack_weight, packed_linear, packing_supported
-from tests.inference.real_model import MAX_TOKENS, make_engine, prompts
+from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
 from tests.inference.test_models import make_runner, run_schedule
 
 # Packing is only used where it is exact and fast; elsewhere these tests check that it stays off.
@@ -94,7 +94,7 @@ def test_bf16_greedy_picks_what_fp32_ranks_first(
     """Teacher-forced through HF in fp32, every bf16 greedy token is fp32's top token or within a near tie.
 
     bf16 may break a near tie the other way (then the texts differ from there on), never pick a token
-    fp32 clearly ranks lower. Measured worst gap on these prompts: 0.011 logits.
+    fp32 clearly ranks lower. Measured worst gap on these prompts: 0.160 logits (2026-11-30).
     """
     # The packed linears are not parameters but are most of the memory: 134.5M bf16 weights plus the tied
     # head's packed copy (49152 x 576) is ~325 MB; counting parameters alone would give ~115 MB.
@@ -103,11 +103,5 @@ def test_bf16_greedy_picks_what_fp32_ranks_first(
     all_prompts = prompts(bf16_default.tokenizer)
     engine = make_engine(bf16_default, dtype="bfloat16")
     outputs = engine.generate(all_prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))
-    for prompt, out in zip(all_prompts, outputs, strict=True):
-        tokens = out.outputs[0].token_ids
-        assert tokens, f"no tokens for a prompt of {len(prompt)} tokens"
-        logits = hf_reference(torch.tensor([prompt + tokens])).logits[0].float()
-        at_choice = logits[len(prompt) - 1 : len(prompt) - 1 + len(tokens)]
-        gap = at_choice.max(-1).values - at_choice[torch.arange(len(tokens)), torch.tensor(tokens)]
-        worst = gap.max().item()
-        assert worst < 0.25, f"prompt of {len(prompt)} tokens: a bf16 pick {worst:.3f} below fp32's top"
+    worst = worst_gap_to_fp32(hf_reference, all_prompts, outputs)
+    assert worst < 0.25, f"a bf16 pick {worst:.3f} below fp32's top"
