@@ -5,7 +5,8 @@
 Decode on CPU is bound by reading every weight once per step, so this is the floor under a step and the
 first thing to check when a benchmark moves: a VM's memory bandwidth changes with its neighbours. It
 times the linears of SmolLM2-135M's shapes (30 layers x QKV, O, gate_up, down, plus the LM head) with
-random weights in each format, the default model's own packed weights, and a plain copy for bandwidth.
+random weights in each format, the default model's own weights (packed bf16, and as served: its Q4 blocks
+for batches of up to 4 rows), and a plain copy for bandwidth.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -69,21 +71,32 @@ def linear_runner(fmt: str, batch: int) -> Callable[[], object]:
     return run
 
 
-def model_runner(batch: int) -> Callable[[], object]:
+def load_default() -> Any:
     from inference.loader import load_model
+    from inference.models.layers import Linear
+
+    model = load_model("default", dtype="bfloat16", device="cpu").model
+    if not any(isinstance(m, Linear) and m.packed_weight is not None for m in model.modules()):
+        raise SystemExit("the default model did not pack here (no AMX / AVX512-BF16): nothing to time")
+    return model
+
+
+def model_runner(model: Any, batch: int, *, q4_decode: bool) -> Callable[[], object]:
+    """The default model's own projections and head; with q4_decode, as the engine runs them (batches of
+    up to 4 rows read the GGUF's Q4 blocks), else all through the packed bf16 weights."""
     from inference.models.layers import Linear
     from inference.models.onednn import packed_linear
 
-    model = load_model("default", dtype="bfloat16", device="cpu").model
     linears = [m for m in model.modules() if isinstance(m, Linear) and m.packed_weight is not None]
-    if not linears:
-        raise SystemExit("the default model did not pack here (no AMX / AVX512-BF16): nothing to time")
     inputs = {m.in_features: torch.randn(batch, m.in_features).bfloat16() for m in linears}
     head = model._packed_head
 
     def run() -> None:
         for m in linears:
-            packed_linear(inputs[m.in_features], m.packed_weight, m.bias)  # type: ignore[arg-type]
+            if q4_decode:
+                m(inputs[m.in_features])
+            else:
+                packed_linear(inputs[m.in_features], m.packed_weight, m.bias)  # type: ignore[arg-type]
         if head is not None:
             packed_linear(inputs[HEAD[1]], head, None)
 
@@ -112,8 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fmt in formats:
             cells = [f"{timed(linear_runner(fmt, b), args.repeat):.1f}" for b in args.batch]
             print(f"| random, {fmt} | " + " | ".join(cells) + " |", flush=True)
-        cells = [f"{timed(model_runner(b), args.repeat):.1f}" for b in args.batch]
-        print("| default model, bf16-packed | " + " | ".join(cells) + " |")
+        model = load_default()
+        for label, q4 in (("bf16-packed", False), ("as served (Q4 decode for <= 4 rows)", True)):
+            cells = [f"{timed(model_runner(model, b, q4_decode=q4), args.repeat):.1f}" for b in args.batch]
+            print(f"| default model, {label} | " + " | ".join(cells) + " |")
     return 0
 
 

@@ -37,7 +37,7 @@ def read_q4_linears(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> di
             blocks = Q4Blocks(
                 _unpermute(blocks.levels, heads),
                 _unpermute(blocks.scale, heads),
-                _unpermute(blocks.zero, heads),
+                _unpermute(blocks.minimum, heads),
             )
         out[name] = blocks
     return out
@@ -50,9 +50,9 @@ def parse_q4(raw: np.ndarray, kind: str) -> Q4Blocks:
     d = _fp16(blocks[..., 0:2])
     nibbles = blocks[..., -GROUP // 2 :]
     levels = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1).reshape(rows, -1)
-    # Q4_0: d * (q - 8); Q4_1: d * q + m = d * (q - 8) + (m + 8d)
-    zero = np.zeros_like(d) if kind == "Q4_0" else _fp16(blocks[..., 2:4]) + 8.0 * d
-    return Q4Blocks(levels.astype(np.uint8), d, zero)
+    # Q4_0: d * (q - 8) = d * q - 8d; Q4_1: d * q + m
+    minimum = -8.0 * d if kind == "Q4_0" else _fp16(blocks[..., 2:4])
+    return Q4Blocks(levels.astype(np.uint8), d, minimum)
 
 
 def _fp16(pairs: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrained
 from inference.config import QUANTIZATIONS
 from inference.device import resolve_device, resolve_dtype
 from inference.gguf_convert import ensure_converted
-from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class
+from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class, q4_decode
 from inference.models.int4 import int4_supported
 from inference.models.onednn import packing_supported
 from inference.models.weights import load_weights
@@ -128,6 +128,8 @@ def load_model(
     num_params = sum(p.numel() for p in model.parameters())
     if quantization == "gguf":
         _use_gguf_int4(model, path, hf_config)
+    elif path.is_file() and torch_device.type == "cpu" and torch_dtype == torch.bfloat16:
+        _use_q4_decode(model, path, hf_config)
     if torch_device.type == "cpu" and packing_supported(torch_dtype):
         model.pack_linears()
     loaded = LoadedModel(
@@ -177,6 +179,24 @@ def _use_gguf_int4(model: torch.nn.Module, path: Path, hf_config: PretrainedConf
     if count == 0:
         raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")
     logger.info("Kept %d projections of %s 4-bit (Q4_0/Q4_1)", count, path.name)
+
+
+def _use_q4_decode(model: torch.nn.Module, path: Path, hf_config: PretrainedConfig) -> None:
+    if not isinstance(model, DecoderForCausalLM) or not q4_decode.kernel_available():
+        return
+    from inference.gguf_q4 import read_q4_linears
+
+    blocks = read_q4_linears(
+        path, num_heads=hf_config.num_attention_heads, num_kv_heads=hf_config.num_key_value_heads
+    )
+    if blocks:
+        count = model.use_q4_decode(blocks)
+        logger.info(
+            "Batches of up to %d rows read %d projections from %s's Q4 blocks",
+            q4_decode.MAX_ROWS,
+            count,
+            path.name,
+        )
 
 
 def _architecture(hf_config: PretrainedConfig) -> str:

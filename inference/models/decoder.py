@@ -5,6 +5,7 @@ The variants differ only in flags from ModelArgs: QKV bias (Qwen2), per-head q/k
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -14,6 +15,7 @@ from transformers import PretrainedConfig
 
 from inference.attention.base import AttentionBackend
 from inference.kv_cache import KVCacheSpec
+from inference.models import q4_decode
 from inference.models.args import ModelArgs
 from inference.models.int4 import Q4Blocks
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
@@ -165,25 +167,43 @@ class DecoderForCausalLM(nn.Module):
         linears = [m for m in self.modules() if isinstance(m, Linear)]
         tensors = [*self.parameters(), *(m.packed_weight for m in linears), self._packed_head]
         int4 = sum(m.int4_weight.nbytes() for m in linears if m.int4_weight is not None)
+        int4 += sum(m.q4_decode.nbytes() for m in linears if m.q4_decode is not None)
         return int4 + sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
     def use_int4(self, blocks: dict[str, Q4Blocks]) -> int:
-        """Give every projection whose checkpoint weights (all shards of a fused one) are in `blocks` its
-        4-bit weights; returns how many projections took them."""
+        """Give every projection whose checkpoint weights are in `blocks` its 4-bit weights; returns how
+        many projections took them."""
+        count = 0
+        for module, stacked in self._projections_in(blocks):
+            if module.int4_weight is None:
+                module.use_int4(stacked)
+                count += 1
+        return count
+
+    def use_q4_decode(self, blocks: dict[str, Q4Blocks]) -> int:
+        """Let small batches read the blocks of every projection whose bf16 weight they reproduce bit for
+        bit (call before packing, while the dense weights are still here); returns how many did."""
+        count = 0
+        for module, stacked in self._projections_in(blocks):
+            if q4_decode.eligible(stacked) and q4_decode.matches(stacked, module.weight.detach()):
+                module.q4_decode = q4_decode.decode_weight(stacked)
+                count += 1
+        return count
+
+    def _projections_in(self, blocks: dict[str, Q4Blocks]) -> Iterator[tuple[Linear, Q4Blocks]]:
+        """Each projection whose checkpoint weights (all shards of a fused one) are in `blocks`, with them
+        stacked in the fused order."""
         shards_of: dict[str, list[str]] = {}
         for fused, original, _ in self.stacked_params:
             shards_of.setdefault(fused, []).append(original)
-        count = 0
         for name, module in self.named_modules():
-            if not isinstance(module, Linear) or module.int4_weight is not None:
+            if not isinstance(module, Linear):
                 continue
             parent, _, attr = name.rpartition(".")
             prefix = f"{parent}." if parent else ""
             sources = [f"{prefix}{original}.weight" for original in shards_of.get(attr, [attr])]
             if all(source in blocks for source in sources):
-                module.use_int4(Q4Blocks.stack([blocks[source] for source in sources]))
-                count += 1
-        return count
+                yield module, Q4Blocks.stack([blocks[source] for source in sources])
 
     def pack_linears(self) -> None:
         """Prepack every projection and the LM head for oneDNN (call once, after the weights are loaded).

@@ -19,17 +19,23 @@ GROUP = 32  # Q4_0 and Q4_1 quantize blocks of 32 weights along the input dimens
 
 @dataclass(frozen=True, slots=True)
 class Q4Blocks:
-    """One weight matrix as 4-bit levels with a scale and zero per block: W = (levels - 8) * scale + zero."""
+    """One weight matrix as 4-bit levels with a scale and minimum per block: W = levels * scale + minimum,
+    computed in float32 as ggml and gguf-py do (a Q4_0 block's minimum is -8 * scale)."""
 
     levels: np.ndarray  # [out, in] uint8 in 0..15
     scale: np.ndarray  # [out, in // 32] float32
-    zero: np.ndarray  # [out, in // 32] float32: the weight at level 8
+    minimum: np.ndarray  # [out, in // 32] float32: the weight at level 0
+
+    @property
+    def zero(self) -> np.ndarray:
+        """The weight at level 8, the form torch's int4 kernel takes: W = (levels - 8) * scale + zero."""
+        return self.minimum + 8.0 * self.scale
 
     def dequantize(self) -> np.ndarray:
-        """The exact weights, in float32."""
+        """The exact weights, in float32 (the level-times-scale product is exact, so one rounding)."""
         scale = np.repeat(self.scale, GROUP, axis=1)
-        zero = np.repeat(self.zero, GROUP, axis=1)
-        return (self.levels.astype(np.float32) - 8.0) * scale + zero
+        minimum = np.repeat(self.minimum, GROUP, axis=1)
+        return self.levels.astype(np.float32) * scale + minimum
 
     @staticmethod
     def stack(parts: list[Q4Blocks]) -> Q4Blocks:
@@ -37,7 +43,7 @@ class Q4Blocks:
         return Q4Blocks(
             np.concatenate([p.levels for p in parts]),
             np.concatenate([p.scale for p in parts]),
-            np.concatenate([p.zero for p in parts]),
+            np.concatenate([p.minimum for p in parts]),
         )
 
 

@@ -8,6 +8,7 @@ from torch import nn
 
 from inference.models.int4 import Int4Weight, Q4Blocks, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
+from inference.models.q4_decode import MAX_ROWS, Q4DecodeWeight, q4_linear
 
 
 class RMSNorm(nn.Module):
@@ -26,10 +27,11 @@ class RMSNorm(nn.Module):
 
 class Linear(nn.Linear):
     """nn.Linear that can swap its weight for a oneDNN-prepacked copy (bf16 on CPU, see onednn.py) or for
-    a GGUF's own 4-bit blocks (int4.py)."""
+    a GGUF's own 4-bit blocks (int4.py), and can read small batches from those blocks (q4_decode.py)."""
 
     packed_weight: torch.Tensor | None = None
     int4_weight: Int4Weight | None = None
+    q4_decode: Q4DecodeWeight | None = None
 
     def pack(self) -> None:
         """Prepack the weight and drop the dense copy; the module then only runs forward."""
@@ -51,6 +53,8 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.int4_weight is not None:
             return int4_linear(x, self.int4_weight, self.bias)
+        if self.q4_decode is not None and x.numel() <= MAX_ROWS * self.in_features:
+            return q4_linear(x, self.q4_decode, self.bias)
         if self.packed_weight is not None:
             return packed_linear(x, self.packed_weight, self.bias)
         return F.linear(x, self.weight, self.bias)

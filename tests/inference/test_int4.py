@@ -46,11 +46,9 @@ def test_int4_linear_multiplies_the_blocks_weights() -> None:
     bias = torch.randn(96).bfloat16()
     out = int4_linear(x, pack_int4(blocks), bias)
     # The kernel holds scale and zero in bf16: the reference rounds them the same way.
-    rounded = Q4Blocks(
-        blocks.levels,
-        torch.from_numpy(blocks.scale).bfloat16().float().numpy(),
-        torch.from_numpy(blocks.zero).bfloat16().float().numpy(),
-    )
+    scale = torch.from_numpy(blocks.scale).bfloat16().float().numpy()
+    zero = torch.from_numpy(blocks.zero).bfloat16().float().numpy()
+    rounded = Q4Blocks(blocks.levels, scale, zero - 8.0 * scale)
     expected = F.linear(x.float(), torch.from_numpy(rounded.dequantize()), bias.float())
     assert out.dtype == torch.bfloat16 and out.shape == (5, 96)
     error = (out.float() - expected).norm() / expected.norm()

@@ -1,0 +1,165 @@
+"""Small decode batches through a GGUF's Q4 blocks on CPU, with the bf16 model's own weights.
+
+A decode step of 1-4 sequences is bound by reading every weight once. For a GGUF's Q4_0/Q4_1 projections
+the kernel (csrc/q4_decode.cpp) reads the 4-bit levels plus a (d, m) pair per block, 5 bytes per 8 weights
+against bf16's 16, and expands each block in registers to bf16(d * q + m): exactly the bf16 weights the
+dequantized model holds. `matches` checks that bit for bit before a projection takes the path, so this
+changes speed, not weights; only the fp32 accumulation order differs from oneDNN's packed bf16 product.
+
+The kernel is compiled on first use with the machine's C++ compiler against torch's headers (about 15 s,
+then cached under the model cache's kernels/). Without AVX512-BF16 or a compiler, or with
+MOONCAKE_Q4_DECODE=0, every batch stays on the packed bf16 path.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from inference.models.int4 import GROUP, Q4Blocks
+
+logger = logging.getLogger(__name__)
+
+MAX_ROWS = 4  # above this the packed bf16 GEMM is as fast or faster (bench/NOTES.md, session 4)
+_SOURCE = Path(__file__).with_name("csrc") / "q4_decode.cpp"
+_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"]
+
+
+@dataclass(slots=True)
+class Q4DecodeWeight:
+    levels: torch.Tensor  # [out, in // 2] uint8: each block's 16 bytes as ggml stores them
+    dm: torch.Tensor  # [out, in // 32 * 2] float32: (d, m) per block, W = d * q + m
+
+    def nbytes(self) -> int:
+        return self.levels.numel() + self.dm.numel() * self.dm.element_size()
+
+
+def decode_weight(blocks: Q4Blocks) -> Q4DecodeWeight:
+    out_features, in_features = blocks.levels.shape
+    grouped = blocks.levels.reshape(out_features, -1, GROUP)
+    nibbles = grouped[..., : GROUP // 2] | (grouped[..., GROUP // 2 :] << 4)  # ggml: low nibbles first
+    dm = np.stack([blocks.scale, blocks.minimum], axis=-1).astype(np.float32)
+    return Q4DecodeWeight(
+        torch.from_numpy(np.ascontiguousarray(nibbles.reshape(out_features, in_features // 2))),
+        torch.from_numpy(np.ascontiguousarray(dm.reshape(out_features, -1))),
+    )
+
+
+def eligible(blocks: Q4Blocks) -> bool:
+    """The kernel takes block pairs: the input size must be a multiple of 64."""
+    return blocks.levels.shape[1] % (2 * GROUP) == 0
+
+
+def matches(blocks: Q4Blocks, dense: torch.Tensor) -> bool:
+    """Whether the kernel's weights, bf16(d * q + m), are bit for bit the model's bf16 weight."""
+    if dense.dtype != torch.bfloat16 or tuple(dense.shape) != blocks.levels.shape:
+        return False
+    expected = torch.from_numpy(blocks.dequantize()).to(torch.bfloat16)
+    return torch.equal(expected, dense)
+
+
+def q4_linear(x: torch.Tensor, weight: Q4DecodeWeight, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., in] bf16 with at most MAX_ROWS rows -> [..., out] bf16."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias)
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+@functools.cache
+def kernel_available() -> bool:
+    """Compile and load the kernel once; False (and a log line) wherever it cannot run here."""
+    if os.environ.get("MOONCAKE_Q4_DECODE", "1") == "0":
+        return False
+    if not _cpu_supported():
+        logger.info("Q4 decode kernel off: this CPU lacks AVX512-BF16")
+        return False
+    try:
+        _build()
+        return _agrees_with_dense()
+    except (RuntimeError, OSError, ImportError, AttributeError) as exc:
+        logger.warning("Q4 decode kernel unavailable (%s); small batches use the packed bf16 path", exc)
+        return False
+
+
+def _cpu_supported() -> bool:
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported()) and torch.backends.cpu.get_cpu_capability() in (
+            "AVX512",
+            "AMX",
+        )
+    except AttributeError:
+        return False
+
+
+def _build() -> None:
+    """Compile the kernel into the model cache (once per source, flags and torch) and load its op."""
+    from torch.utils import cpp_extension
+
+    from inference.loader import default_cache_dir
+
+    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    if compiler is None:
+        raise OSError("no C++ compiler (c++ or $CXX) on PATH")
+    source = _SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join(_FLAGS).encode() + torch.__version__.encode()).hexdigest()[:16]
+    library = default_cache_dir() / "kernels" / f"q4_decode-{key}.so"
+    if not library.exists():
+        library.parent.mkdir(parents=True, exist_ok=True)
+        partial = library.with_suffix(f".{os.getpid()}.tmp")
+        torch_lib = Path(torch.__file__).parent / "lib"
+        command = [
+            compiler,
+            *_FLAGS,
+            "-shared",
+            "-fPIC",
+            "-std=c++17",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            *(f"-I{path}" for path in cpp_extension.include_paths()),
+            str(_SOURCE),
+            "-o",
+            str(partial),
+            f"-L{torch_lib}",
+            f"-Wl,-rpath,{torch_lib}",
+            "-lc10",
+            "-ltorch_cpu",
+        ]
+        started = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise OSError(f"compiling {_SOURCE.name} failed: {result.stderr.strip()[-500:]}")
+        partial.replace(library)  # atomic: concurrent builds (test workers, servers) never see half a file
+        logger.info("Compiled the Q4 decode kernel in %.1fs", time.monotonic() - started)
+    torch.ops.load_library(str(library))
+
+
+def _agrees_with_dense() -> bool:
+    """One-hot rows read single weights exactly; random rows must match an fp32 product closely."""
+    rng = np.random.default_rng(0)
+    blocks = Q4Blocks(
+        rng.integers(0, 16, (6, 128), dtype=np.uint8),
+        rng.uniform(0.001, 0.02, (6, 4)).astype(np.float16).astype(np.float32),
+        rng.normal(0, 0.05, (6, 4)).astype(np.float16).astype(np.float32),
+    )
+    weight = decode_weight(blocks)
+    dense = torch.from_numpy(blocks.dequantize()).bfloat16()
+    one_hot = torch.zeros(3, 128, dtype=torch.bfloat16)
+    one_hot[[0, 1, 2], [0, 77, 127]] = 1
+    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(0)).bfloat16()
+    exact = torch.equal(q4_linear(one_hot, weight, None), dense[:, [0, 77, 127]].T)
+    close = torch.allclose(
+        q4_linear(x, weight, None).float(), x.float() @ dense.float().T, rtol=1e-2, atol=1e-2
+    )
+    if not (exact and close):
+        logger.warning("Q4 decode kernel disagrees with the dense weights; not using it")
+    return exact and close

@@ -1,0 +1,149 @@
+"""Small bf16 decode batches read a GGUF's Q4 blocks, expanded to the model's own bf16 weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from inference import SamplingParams
+from inference.loader import LoadedModel, load_model
+from inference.models import q4_decode
+from inference.models.int4 import GROUP, Q4Blocks
+from inference.models.layers import Linear
+from inference.models.q4_decode import MAX_ROWS, decode_weight, eligible, matches, q4_linear
+from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
+
+CPU_SUPPORTED = q4_decode._cpu_supported()
+needs_kernel = pytest.mark.skipif(not CPU_SUPPORTED, reason="the Q4 decode kernel needs AVX512-BF16")
+
+
+def gguf_like_blocks(out_features: int, in_features: int, seed: int) -> Q4Blocks:
+    """Levels with fp16-representable scales and minimums, as a GGUF stores them."""
+    rng = np.random.default_rng(seed)
+    groups = in_features // GROUP
+    return Q4Blocks(
+        rng.integers(0, 16, (out_features, in_features), dtype=np.uint8),
+        rng.uniform(0.001, 0.03, (out_features, groups)).astype(np.float16).astype(np.float32),
+        rng.normal(0, 0.1, (out_features, groups)).astype(np.float16).astype(np.float32),
+    )
+
+
+def dense_bf16(blocks: Q4Blocks) -> torch.Tensor:
+    return torch.from_numpy(blocks.dequantize()).to(torch.bfloat16)
+
+
+def test_the_kernel_builds_wherever_the_cpu_can_run_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing compiler or ninja must fail here, not turn into a silent fallback on a capable CPU."""
+    monkeypatch.delenv("MOONCAKE_Q4_DECODE", raising=False)
+    q4_decode.kernel_available.cache_clear()
+    try:
+        assert q4_decode.kernel_available() == CPU_SUPPORTED
+        monkeypatch.setenv("MOONCAKE_Q4_DECODE", "0")
+        q4_decode.kernel_available.cache_clear()
+        assert not q4_decode.kernel_available()
+    finally:
+        monkeypatch.delenv("MOONCAKE_Q4_DECODE")
+        q4_decode.kernel_available.cache_clear()
+
+
+@needs_kernel
+def test_one_hot_rows_read_every_weight_bit_for_bit() -> None:
+    """Nibble order, block pairs and the odd last row: x = e_k returns column k of bf16(d * q + m)."""
+    assert q4_decode.kernel_available()
+    blocks = gguf_like_blocks(37, 192, seed=0)
+    weight, dense = decode_weight(blocks), dense_bf16(blocks)
+    for start in range(0, 192, MAX_ROWS):
+        columns = list(range(start, start + MAX_ROWS))
+        one_hot = torch.zeros(MAX_ROWS, 192, dtype=torch.bfloat16)
+        one_hot[range(MAX_ROWS), columns] = 1
+        assert torch.equal(q4_linear(one_hot, weight, None), dense[:, columns].T)
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+def test_the_product_is_the_bf16_linears_up_to_accumulation_order(rows: int) -> None:
+    assert q4_decode.kernel_available()
+    blocks = gguf_like_blocks(130, 576, seed=rows)
+    dense = dense_bf16(blocks)
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 576, generator=gen).bfloat16()
+    bias = torch.randn(130, generator=gen).bfloat16()
+    out = q4_linear(x, decode_weight(blocks), bias)
+    assert out.dtype == torch.bfloat16 and out.shape == (rows, 130)
+    exact = x.float() @ dense.float().T + bias.float()
+    # One rounding to bf16 at the end, as F.linear: within half a bf16 step of the fp32 product.
+    assert torch.all((out.float() - exact).abs() <= exact.abs() * 2**-8 + 1e-6)
+    differing = (out != F.linear(x, dense, bias)).float().mean().item()
+    assert differing < 0.02, f"{differing:.1%} of outputs differ from bf16 F.linear"
+
+
+@needs_kernel
+def test_the_kernel_refuses_what_it_cannot_multiply() -> None:
+    assert q4_decode.kernel_available()
+    blocks = gguf_like_blocks(8, 128, seed=1)
+    weight = decode_weight(blocks)
+    with pytest.raises(RuntimeError, match="1 to 4 rows"):
+        q4_linear(torch.zeros(MAX_ROWS + 1, 128, dtype=torch.bfloat16), weight, None)
+    with pytest.raises(RuntimeError, match="bf16"):
+        q4_linear(torch.zeros(1, 128), weight, None)
+
+
+def test_only_exact_block_pairs_are_taken() -> None:
+    blocks = gguf_like_blocks(8, 128, seed=2)
+    dense = dense_bf16(blocks)
+    assert eligible(blocks) and not eligible(gguf_like_blocks(8, 96, seed=2))
+    assert matches(blocks, dense)
+    off_by_one_step = dense.clone()
+    off_by_one_step.view(torch.int16)[3, 5] += 1
+    assert not matches(blocks, off_by_one_step)
+    assert not matches(blocks, dense.float())
+
+
+def test_a_linear_reads_its_blocks_only_for_small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = gguf_like_blocks(64, 128, seed=3)
+    linear = Linear(128, 64, bias=False).bfloat16()
+    linear.weight.data.copy_(dense_bf16(blocks))
+    linear.q4_decode = decode_weight(blocks)
+    calls: list[int] = []
+
+    def spy(x: torch.Tensor, weight: object, bias: object) -> torch.Tensor:
+        calls.append(x.numel() // 128)
+        return F.linear(x, linear.weight)
+
+    monkeypatch.setattr("inference.models.layers.q4_linear", spy)
+    linear(torch.randn(2, 2, 128).bfloat16())
+    linear(torch.randn(MAX_ROWS + 1, 128).bfloat16())
+    assert calls == [4]
+
+
+@pytest.fixture(scope="module")
+def bf16_from_gguf(test_cache_dir: Path) -> LoadedModel:
+    return load_model("default", dtype="bfloat16", device="cpu", cache_dir=test_cache_dir)
+
+
+@needs_kernel
+@pytest.mark.slow
+@torch.inference_mode()
+def test_the_default_model_in_bf16_decodes_one_stream_from_its_q4_blocks(
+    bf16_from_gguf: LoadedModel, hf_reference: torch.nn.Module
+) -> None:
+    """Every projection's bf16 weight is its Q4_1 block's values (checked bit for bit at load), and one
+    stream's greedy picks stay on what fp32 ranks first, as the packed bf16 path's do (measured worst: 0.160
+    either way, at 1 and 8 sequences)."""
+    linears = [m for m in bf16_from_gguf.model.modules() if isinstance(m, Linear)]
+    assert len(linears) == 30 * 4 and all(m.q4_decode is not None for m in linears)
+    assert all(m.packed_weight is not None for m in linears)  # larger batches stay on oneDNN
+    all_prompts = prompts(bf16_from_gguf.tokenizer)
+    engine = make_engine(bf16_from_gguf, dtype="bfloat16", max_num_seqs=1)
+    outputs = engine.generate(all_prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))
+    worst = worst_gap_to_fp32(hf_reference, all_prompts, outputs)
+    assert worst < 0.25, f"a pick {worst:.3f} below fp32's top"
+
+
+def test_fp32_and_folders_never_take_the_path(default_loaded: LoadedModel) -> None:
+    """The fp32 oracle model (loaded from the converted folder) has no 4-bit copies."""
+    assert not any(getattr(m, "q4_decode", None) is not None for m in default_loaded.model.modules())
