@@ -193,7 +193,7 @@ def _use_q4_decode(model: torch.nn.Module, path: Path, hf_config: PretrainedConf
         count = model.use_q4_decode(blocks)
         logger.info(
             "Batches of up to %d rows read %d projections from %s's Q4 blocks",
-            q4_decode.MAX_ROWS,
+            q4_decode.max_rows(),
             count,
             path.name,
         )

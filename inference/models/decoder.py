@@ -186,7 +186,7 @@ class DecoderForCausalLM(nn.Module):
         count = 0
         for module, stacked in self._projections_in(blocks):
             if q4_decode.eligible(stacked) and q4_decode.matches(stacked, module.weight.detach()):
-                module.q4_decode = q4_decode.decode_weight(stacked)
+                module.q4_decode = q4_decode.decode_weight(stacked, max_rows=q4_decode.max_rows())
                 count += 1
         return count
 

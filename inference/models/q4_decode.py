@@ -1,10 +1,12 @@
 """Small decode batches through a GGUF's Q4 blocks on CPU, with the bf16 model's own weights.
 
-A decode step of 1-4 sequences is bound by reading every weight once. For a GGUF's Q4_0/Q4_1 projections
-the kernel (csrc/q4_decode.cpp) reads the 4-bit levels plus a (d, m) pair per block, 5 bytes per 8 weights
-against bf16's 16, and expands each block in registers to bf16(d * q + m): exactly the bf16 weights the
-dequantized model holds. `matches` checks that bit for bit before a projection takes the path, so this
-changes speed, not weights; only the fp32 accumulation order differs from oneDNN's packed bf16 product.
+A decode step of a few sequences is bound by reading every weight once. For a GGUF's Q4_0/Q4_1
+projections the kernel (csrc/q4_decode.cpp) reads the 4-bit levels plus a (d, m) pair per block, 5 bytes
+per 8 weights against bf16's 16, and expands each block in registers to bf16(d * q + m): exactly the bf16
+weights the dequantized model holds. `matches` checks that bit for bit before a projection takes the path,
+so this changes speed, not weights; only the fp32 accumulation order differs from oneDNN's packed product.
+Batches of up to 16 rows take it where the CPU has AMX (4 with AVX512-BF16 alone); larger ones, prefill
+among them, stay on oneDNN's packed bf16 weights.
 
 The kernel is compiled on first use with the machine's C++ compiler against torch's headers (about 15 s,
 then cached under the model cache's kernels/). Without AVX512-BF16 or a compiler, or with
@@ -30,21 +32,23 @@ from inference.models.int4 import GROUP, Q4Blocks
 
 logger = logging.getLogger(__name__)
 
-MAX_ROWS = 4  # above this the packed bf16 GEMM is as fast or faster (bench/NOTES.md, session 4)
+# Above these row counts oneDNN's packed bf16 GEMM is as fast or faster (bench/NOTES.md, session 4).
+REGISTER_ROWS = 4  # AVX512-BF16 alone
 _SOURCE = Path(__file__).with_name("csrc") / "q4_decode.cpp"
-_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"]
+_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
 
 
 @dataclass(slots=True)
 class Q4DecodeWeight:
     levels: torch.Tensor  # [out, in // 2] uint8: each block's 16 bytes as ggml stores them
     dm: torch.Tensor  # [out, in // 32 * 2] float32: (d, m) per block, W = d * q + m
+    max_rows: int  # the largest batch the kernel takes here
 
     def nbytes(self) -> int:
         return self.levels.numel() + self.dm.numel() * self.dm.element_size()
 
 
-def decode_weight(blocks: Q4Blocks) -> Q4DecodeWeight:
+def decode_weight(blocks: Q4Blocks, *, max_rows: int) -> Q4DecodeWeight:
     out_features, in_features = blocks.levels.shape
     grouped = blocks.levels.reshape(out_features, -1, GROUP)
     nibbles = grouped[..., : GROUP // 2] | (grouped[..., GROUP // 2 :] << 4)  # ggml: low nibbles first
@@ -52,6 +56,7 @@ def decode_weight(blocks: Q4Blocks) -> Q4DecodeWeight:
     return Q4DecodeWeight(
         torch.from_numpy(np.ascontiguousarray(nibbles.reshape(out_features, in_features // 2))),
         torch.from_numpy(np.ascontiguousarray(dm.reshape(out_features, -1))),
+        max_rows,
     )
 
 
@@ -69,10 +74,16 @@ def matches(blocks: Q4Blocks, dense: torch.Tensor) -> bool:
 
 
 def q4_linear(x: torch.Tensor, weight: Q4DecodeWeight, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., in] bf16 with at most MAX_ROWS rows -> [..., out] bf16."""
+    """x [..., in] bf16 with at most weight.max_rows rows -> [..., out] bf16."""
     flat = x.reshape(-1, x.shape[-1])
     out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias)
     return out.view(*x.shape[:-1], out.shape[-1])
+
+
+@functools.cache
+def max_rows() -> int:
+    """16 where the kernel may use AMX tiles, else 4."""
+    return int(torch.ops.mooncake_q4.max_rows()) if kernel_available() else REGISTER_ROWS
 
 
 @functools.cache
@@ -144,22 +155,27 @@ def _build() -> None:
 
 
 def _agrees_with_dense() -> bool:
-    """One-hot rows read single weights exactly; random rows must match an fp32 product closely."""
+    """One-hot rows read single weights exactly, and random rows match an fp32 product closely, on both
+    the register path and (where there is AMX) the tile path."""
     rng = np.random.default_rng(0)
     blocks = Q4Blocks(
-        rng.integers(0, 16, (6, 128), dtype=np.uint8),
-        rng.uniform(0.001, 0.02, (6, 4)).astype(np.float16).astype(np.float32),
-        rng.normal(0, 0.05, (6, 4)).astype(np.float16).astype(np.float32),
+        rng.integers(0, 16, (20, 128), dtype=np.uint8),
+        rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
+        rng.normal(0, 0.05, (20, 4)).astype(np.float16).astype(np.float32),
     )
-    weight = decode_weight(blocks)
+    limit = int(torch.ops.mooncake_q4.max_rows())
+    weight = decode_weight(blocks, max_rows=limit)
     dense = torch.from_numpy(blocks.dequantize()).bfloat16()
-    one_hot = torch.zeros(3, 128, dtype=torch.bfloat16)
-    one_hot[[0, 1, 2], [0, 77, 127]] = 1
-    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(0)).bfloat16()
-    exact = torch.equal(q4_linear(one_hot, weight, None), dense[:, [0, 77, 127]].T)
-    close = torch.allclose(
-        q4_linear(x, weight, None).float(), x.float() @ dense.float().T, rtol=1e-2, atol=1e-2
-    )
-    if not (exact and close):
-        logger.warning("Q4 decode kernel disagrees with the dense weights; not using it")
-    return exact and close
+    gen = torch.Generator().manual_seed(0)
+    for rows in sorted({1, 2, 3, limit}):
+        columns = torch.randperm(128, generator=gen)[:rows]
+        one_hot = torch.zeros(rows, 128, dtype=torch.bfloat16)
+        one_hot[torch.arange(rows), columns] = 1
+        x = torch.randn(rows, 128, generator=gen).bfloat16()
+        expected = x.float() @ dense.float().T
+        exact = torch.equal(q4_linear(one_hot, weight, None), dense[:, columns].T)
+        close = torch.allclose(q4_linear(x, weight, None).float(), expected, rtol=1e-2, atol=1e-2)
+        if not (exact and close):
+            logger.warning("Q4 decode kernel disagrees with the dense weights at %d rows; not using it", rows)
+            return False
+    return True

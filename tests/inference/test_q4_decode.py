@@ -14,7 +14,7 @@ from inference.loader import LoadedModel, load_model
 from inference.models import q4_decode
 from inference.models.int4 import GROUP, Q4Blocks
 from inference.models.layers import Linear
-from inference.models.q4_decode import MAX_ROWS, decode_weight, eligible, matches, q4_linear
+from inference.models.q4_decode import decode_weight, eligible, matches, max_rows, q4_linear
 from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
 
 CPU_SUPPORTED = q4_decode._cpu_supported()
@@ -52,27 +52,31 @@ def test_the_kernel_builds_wherever_the_cpu_can_run_it(monkeypatch: pytest.Monke
 
 @needs_kernel
 def test_one_hot_rows_read_every_weight_bit_for_bit() -> None:
-    """Nibble order, block pairs and the odd last row: x = e_k returns column k of bf16(d * q + m)."""
+    """Nibble order, block pairs, both paths (registers up to 2 rows, AMX tiles above where the CPU has
+    them) and the ragged last row group: x = e_k returns column k of bf16(d * q + m)."""
     assert q4_decode.kernel_available()
     blocks = gguf_like_blocks(37, 192, seed=0)
-    weight, dense = decode_weight(blocks), dense_bf16(blocks)
-    for start in range(0, 192, MAX_ROWS):
-        columns = list(range(start, start + MAX_ROWS))
-        one_hot = torch.zeros(MAX_ROWS, 192, dtype=torch.bfloat16)
-        one_hot[range(MAX_ROWS), columns] = 1
-        assert torch.equal(q4_linear(one_hot, weight, None), dense[:, columns].T)
+    weight, dense = decode_weight(blocks, max_rows=max_rows()), dense_bf16(blocks)
+    for rows in sorted({1, 2, 3, 4, max_rows()}):
+        for start in range(0, 192, rows):
+            columns = [c % 192 for c in range(start, start + rows)]
+            one_hot = torch.zeros(rows, 192, dtype=torch.bfloat16)
+            one_hot[range(rows), columns] = 1
+            assert torch.equal(q4_linear(one_hot, weight, None), dense[:, columns].T), f"{rows} rows"
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 9, 16])
 def test_the_product_is_the_bf16_linears_up_to_accumulation_order(rows: int) -> None:
     assert q4_decode.kernel_available()
+    if rows > max_rows():
+        pytest.skip("more than 4 rows need AMX tiles")
     blocks = gguf_like_blocks(130, 576, seed=rows)
     dense = dense_bf16(blocks)
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 576, generator=gen).bfloat16()
     bias = torch.randn(130, generator=gen).bfloat16()
-    out = q4_linear(x, decode_weight(blocks), bias)
+    out = q4_linear(x, decode_weight(blocks, max_rows=max_rows()), bias)
     assert out.dtype == torch.bfloat16 and out.shape == (rows, 130)
     exact = x.float() @ dense.float().T + bias.float()
     # One rounding to bf16 at the end, as F.linear: within half a bf16 step of the fp32 product.
@@ -85,9 +89,9 @@ def test_the_product_is_the_bf16_linears_up_to_accumulation_order(rows: int) -> 
 def test_the_kernel_refuses_what_it_cannot_multiply() -> None:
     assert q4_decode.kernel_available()
     blocks = gguf_like_blocks(8, 128, seed=1)
-    weight = decode_weight(blocks)
-    with pytest.raises(RuntimeError, match="1 to 4 rows"):
-        q4_linear(torch.zeros(MAX_ROWS + 1, 128, dtype=torch.bfloat16), weight, None)
+    weight = decode_weight(blocks, max_rows=max_rows())
+    with pytest.raises(RuntimeError, match=f"1 to {max_rows()} rows"):
+        q4_linear(torch.zeros(max_rows() + 1, 128, dtype=torch.bfloat16), weight, None)
     with pytest.raises(RuntimeError, match="bf16"):
         q4_linear(torch.zeros(1, 128), weight, None)
 
@@ -107,7 +111,7 @@ def test_a_linear_reads_its_blocks_only_for_small_batches(monkeypatch: pytest.Mo
     blocks = gguf_like_blocks(64, 128, seed=3)
     linear = Linear(128, 64, bias=False).bfloat16()
     linear.weight.data.copy_(dense_bf16(blocks))
-    linear.q4_decode = decode_weight(blocks)
+    linear.q4_decode = decode_weight(blocks, max_rows=4)
     calls: list[int] = []
 
     def spy(x: torch.Tensor, weight: object, bias: object) -> torch.Tensor:
@@ -116,7 +120,7 @@ def test_a_linear_reads_its_blocks_only_for_small_batches(monkeypatch: pytest.Mo
 
     monkeypatch.setattr("inference.models.layers.q4_linear", spy)
     linear(torch.randn(2, 2, 128).bfloat16())
-    linear(torch.randn(MAX_ROWS + 1, 128).bfloat16())
+    linear(torch.randn(5, 128).bfloat16())
     assert calls == [4]
 
 
@@ -127,18 +131,19 @@ def bf16_from_gguf(test_cache_dir: Path) -> LoadedModel:
 
 @needs_kernel
 @pytest.mark.slow
+@pytest.mark.parametrize("num_seqs", [1, 8])
 @torch.inference_mode()
-def test_the_default_model_in_bf16_decodes_one_stream_from_its_q4_blocks(
-    bf16_from_gguf: LoadedModel, hf_reference: torch.nn.Module
+def test_the_default_model_in_bf16_decodes_small_batches_from_its_q4_blocks(
+    bf16_from_gguf: LoadedModel, hf_reference: torch.nn.Module, num_seqs: int
 ) -> None:
-    """Every projection's bf16 weight is its Q4_1 block's values (checked bit for bit at load), and one
-    stream's greedy picks stay on what fp32 ranks first, as the packed bf16 path's do (measured worst: 0.160
-    either way, at 1 and 8 sequences)."""
+    """Every projection's bf16 weight is its Q4_1 block's values (checked bit for bit at load), and greedy
+    picks of one stream (registers) and of eight (AMX tiles, where there are) stay on what fp32 ranks
+    first, as the packed bf16 path's do (measured worst: 0.160 either way, at 1, 3, 8 and 16 sequences)."""
     linears = [m for m in bf16_from_gguf.model.modules() if isinstance(m, Linear)]
     assert len(linears) == 30 * 4 and all(m.q4_decode is not None for m in linears)
     assert all(m.packed_weight is not None for m in linears)  # larger batches stay on oneDNN
     all_prompts = prompts(bf16_from_gguf.tokenizer)
-    engine = make_engine(bf16_from_gguf, dtype="bfloat16", max_num_seqs=1)
+    engine = make_engine(bf16_from_gguf, dtype="bfloat16", max_num_seqs=num_seqs)
     outputs = engine.generate(all_prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))
     worst = worst_gap_to_fp32(hf_reference, all_prompts, outputs)
     assert worst < 0.25, f"a pick {worst:.3f} below fp32's top"
