@@ -1,4 +1,5 @@
-"""A GGUF's 4-bit linears (Q4_0, Q4_1) as levels, scales and zeros, for `quantization: gguf` on CPU.
+"""A GGUF's 4-bit linears (Q4_0, Q4_1) as levels, scales and minimums, for `quantization: gguf` and the
+small-batch decode kernel on CPU; and a Q8_0 matrix (the tied head) for that kernel.
 
 The block layouts are ggml's: Q4_0 is an fp16 scale d and 16 bytes of nibbles (W = d * (q - 8)); Q4_1 adds
 an fp16 minimum m (W = d * q + m). The first 16 weights of a block are the low nibbles, the next 16 the
@@ -14,6 +15,7 @@ import numpy as np
 
 from inference.gguf_convert import _PERMUTED_ARCHS, _hf_name, _unpermute
 from inference.models.int4 import GROUP, Q4Blocks
+from inference.models.q4_decode import Q8Blocks
 
 _BLOCK_BYTES = {"Q4_0": 2 + GROUP // 2, "Q4_1": 4 + GROUP // 2}
 
@@ -41,6 +43,23 @@ def read_q4_linears(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> di
             )
         out[name] = blocks
     return out
+
+
+def read_q8_0(gguf_path: Path, gguf_name: str) -> Q8Blocks | None:
+    """The file's tensor `gguf_name` (e.g. token_embd.weight) if it is stored as Q8_0."""
+    from gguf import GGUFReader
+
+    for tensor in GGUFReader(gguf_path).tensors:
+        if tensor.name == gguf_name and tensor.tensor_type.name == "Q8_0":
+            return parse_q8_0(np.asarray(tensor.data))
+    return None
+
+
+def parse_q8_0(raw: np.ndarray) -> Q8Blocks:
+    """raw [rows, bytes per row] uint8 of ggml Q8_0 blocks (an fp16 d, then 32 int8) -> levels and scales."""
+    blocks = raw.reshape(raw.shape[0], -1, 2 + GROUP)
+    levels = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(raw.shape[0], -1)
+    return Q8Blocks(levels, _fp16(blocks[..., 0:2]))
 
 
 def parse_q4(raw: np.ndarray, kind: str) -> Q4Blocks:

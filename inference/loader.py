@@ -184,19 +184,21 @@ def _use_gguf_int4(model: torch.nn.Module, path: Path, hf_config: PretrainedConf
 def _use_q4_decode(model: torch.nn.Module, path: Path, hf_config: PretrainedConfig) -> None:
     if not isinstance(model, DecoderForCausalLM) or not q4_decode.kernel_available():
         return
-    from inference.gguf_q4 import read_q4_linears
+    from inference.gguf_q4 import read_q4_linears, read_q8_0
 
     blocks = read_q4_linears(
         path, num_heads=hf_config.num_attention_heads, num_kv_heads=hf_config.num_key_value_heads
     )
-    if blocks:
-        count = model.use_q4_decode(blocks)
-        logger.info(
-            "Batches of up to %d rows read %d projections from %s's Q4 blocks",
-            q4_decode.max_rows(),
-            count,
-            path.name,
-        )
+    count = model.use_q4_decode(blocks) if blocks else 0
+    embedding = read_q8_0(path, "token_embd.weight")
+    head = embedding is not None and model.use_q8_head(embedding)
+    logger.info(
+        "Batches of up to %d rows read %d projections%s from %s's blocks",
+        q4_decode.max_rows(),
+        count,
+        " and the tied head" if head else "",
+        path.name,
+    )
 
 
 def _architecture(hf_config: PretrainedConfig) -> str:

@@ -112,6 +112,7 @@ class DecoderForCausalLM(nn.Module):
             else Linear(self.args.hidden_size, self.args.vocab_size, bias=False)
         )
         self._packed_head: torch.Tensor | None = None
+        self._head_decode: q4_decode.Q4DecodeWeight | None = None
 
     @classmethod
     def model_args(cls, config: PretrainedConfig) -> ModelArgs:
@@ -156,6 +157,9 @@ class DecoderForCausalLM(nn.Module):
         return self.model.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        head = self._head_decode
+        if head is not None and hidden.numel() <= head.max_rows * hidden.shape[-1]:
+            return q4_decode.q4_linear(hidden, head, None)
         if self._packed_head is not None:
             return packed_linear(hidden, self._packed_head, None)
         if self.lm_head is not None:
@@ -168,6 +172,7 @@ class DecoderForCausalLM(nn.Module):
         tensors = [*self.parameters(), *(m.packed_weight for m in linears), self._packed_head]
         int4 = sum(m.int4_weight.nbytes() for m in linears if m.int4_weight is not None)
         int4 += sum(m.q4_decode.nbytes() for m in linears if m.q4_decode is not None)
+        int4 += self._head_decode.nbytes() if self._head_decode is not None else 0
         return int4 + sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
     def use_int4(self, blocks: dict[str, Q4Blocks]) -> int:
@@ -189,6 +194,16 @@ class DecoderForCausalLM(nn.Module):
                 module.q4_decode = q4_decode.decode_weight(stacked, max_rows=q4_decode.max_rows())
                 count += 1
         return count
+
+    def use_q8_head(self, blocks: q4_decode.Q8Blocks) -> bool:
+        """Let small batches' logits read a tied head's Q8_0 blocks where they reproduce the embedding's bf16
+        weights bit for bit; returns whether they do."""
+        embedding = self.model.embed_tokens.weight.detach()
+        exact = q4_decode.eligible(blocks) and q4_decode.matches(blocks, embedding)
+        if self.lm_head is not None or not exact:
+            return False
+        self._head_decode = q4_decode.decode_weight(blocks, max_rows=q4_decode.max_rows())
+        return True
 
     def _projections_in(self, blocks: dict[str, Q4Blocks]) -> Iterator[tuple[Linear, Q4Blocks]]:
         """Each projection whose checkpoint weights (all shards of a fused one) are in `blocks`, with them

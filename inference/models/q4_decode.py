@@ -38,34 +38,51 @@ _SOURCE = Path(__file__).with_name("csrc") / "q4_decode.cpp"
 _FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
 
 
+@dataclass(frozen=True, slots=True)
+class Q8Blocks:
+    """A GGUF's Q8_0 matrix (a tied head's embedding, typically): W = levels * scale per block of 32."""
+
+    levels: np.ndarray  # [out, in] int8
+    scale: np.ndarray  # [out, in // 32] float32
+
+    def dequantize(self) -> np.ndarray:
+        """The exact weights, in float32 (int8 times an fp16 scale is exact)."""
+        return self.levels.astype(np.float32) * np.repeat(self.scale, GROUP, axis=1)
+
+
 @dataclass(slots=True)
 class Q4DecodeWeight:
-    levels: torch.Tensor  # [out, in // 2] uint8: each block's 16 bytes as ggml stores them
-    dm: torch.Tensor  # [out, in // 32 * 2] float32: (d, m) per block, W = d * q + m
+    levels: torch.Tensor  # [out, in // 2] uint8: each Q4 block's 16 bytes as ggml stores them; Q8_0: int8
+    dm: torch.Tensor  # [out, in // 32 * 2] float32: (d, m) per block, W = d * q + m (m = 0 for Q8_0)
     max_rows: int  # the largest batch the kernel takes here
 
     def nbytes(self) -> int:
         return self.levels.numel() + self.dm.numel() * self.dm.element_size()
 
 
-def decode_weight(blocks: Q4Blocks, *, max_rows: int) -> Q4DecodeWeight:
+def decode_weight(blocks: Q4Blocks | Q8Blocks, *, max_rows: int) -> Q4DecodeWeight:
     out_features, in_features = blocks.levels.shape
-    grouped = blocks.levels.reshape(out_features, -1, GROUP)
-    nibbles = grouped[..., : GROUP // 2] | (grouped[..., GROUP // 2 :] << 4)  # ggml: low nibbles first
-    dm = np.stack([blocks.scale, blocks.minimum], axis=-1).astype(np.float32)
+    if isinstance(blocks, Q8Blocks):
+        levels = blocks.levels.astype(np.int8)
+        dm = np.stack([blocks.scale, np.zeros_like(blocks.scale)], axis=-1).astype(np.float32)
+    else:
+        grouped = blocks.levels.reshape(out_features, -1, GROUP)
+        nibbles = grouped[..., : GROUP // 2] | (grouped[..., GROUP // 2 :] << 4)  # ggml: low nibbles first
+        levels = nibbles.reshape(out_features, in_features // 2)
+        dm = np.stack([blocks.scale, blocks.minimum], axis=-1).astype(np.float32)
     return Q4DecodeWeight(
-        torch.from_numpy(np.ascontiguousarray(nibbles.reshape(out_features, in_features // 2))),
+        torch.from_numpy(np.ascontiguousarray(levels)),
         torch.from_numpy(np.ascontiguousarray(dm.reshape(out_features, -1))),
         max_rows,
     )
 
 
-def eligible(blocks: Q4Blocks) -> bool:
+def eligible(blocks: Q4Blocks | Q8Blocks) -> bool:
     """The kernel takes block pairs: the input size must be a multiple of 64."""
     return blocks.levels.shape[1] % (2 * GROUP) == 0
 
 
-def matches(blocks: Q4Blocks, dense: torch.Tensor) -> bool:
+def matches(blocks: Q4Blocks | Q8Blocks, dense: torch.Tensor) -> bool:
     """Whether the kernel's weights, bf16(d * q + m), are bit for bit the model's bf16 weight."""
     if dense.dtype != torch.bfloat16 or tuple(dense.shape) != blocks.levels.shape:
         return False
@@ -163,7 +180,15 @@ def _agrees_with_dense() -> bool:
         rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
         rng.normal(0, 0.05, (20, 4)).astype(np.float16).astype(np.float32),
     )
+    q8 = Q8Blocks(
+        rng.integers(-128, 128, (20, 128), dtype=np.int8),
+        rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
+    )
     limit = int(torch.ops.mooncake_q4.max_rows())
+    return all(_agrees(b, limit) for b in (blocks, q8))
+
+
+def _agrees(blocks: Q4Blocks | Q8Blocks, limit: int) -> bool:
     weight = decode_weight(blocks, max_rows=limit)
     dense = torch.from_numpy(blocks.dequantize()).bfloat16()
     gen = torch.Generator().manual_seed(0)

@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from inference import SamplingParams
-from inference.loader import LoadedModel, load_model
+from inference.gguf_q4 import read_q8_0
+from inference.loader import LoadedModel, default_gguf_path, load_model
 from inference.models import q4_decode
 from inference.models.int4 import GROUP, Q4Blocks
 from inference.models.layers import Linear
-from inference.models.q4_decode import decode_weight, eligible, matches, max_rows, q4_linear
+from inference.models.q4_decode import Q8Blocks, decode_weight, eligible, matches, max_rows, q4_linear
 from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
 
 CPU_SUPPORTED = q4_decode._cpu_supported()
@@ -32,7 +33,18 @@ def gguf_like_blocks(out_features: int, in_features: int, seed: int) -> Q4Blocks
     )
 
 
-def dense_bf16(blocks: Q4Blocks) -> torch.Tensor:
+def gguf_like_q8(out_features: int, in_features: int, seed: int) -> Q8Blocks:
+    rng = np.random.default_rng(seed)
+    return Q8Blocks(
+        rng.integers(-128, 128, (out_features, in_features), dtype=np.int8),
+        rng.uniform(0.0005, 0.01, (out_features, in_features // GROUP)).astype(np.float16).astype(np.float32),
+    )
+
+
+BLOCKS = {"q4": gguf_like_blocks, "q8": gguf_like_q8}
+
+
+def dense_bf16(blocks: Q4Blocks | Q8Blocks) -> torch.Tensor:
     return torch.from_numpy(blocks.dequantize()).to(torch.bfloat16)
 
 
@@ -51,11 +63,12 @@ def test_the_kernel_builds_wherever_the_cpu_can_run_it(monkeypatch: pytest.Monke
 
 
 @needs_kernel
-def test_one_hot_rows_read_every_weight_bit_for_bit() -> None:
+@pytest.mark.parametrize("kind", sorted(BLOCKS))
+def test_one_hot_rows_read_every_weight_bit_for_bit(kind: str) -> None:
     """Nibble order, block pairs, both paths (registers up to 2 rows, AMX tiles above where the CPU has
     them) and the ragged last row group: x = e_k returns column k of bf16(d * q + m)."""
     assert q4_decode.kernel_available()
-    blocks = gguf_like_blocks(37, 192, seed=0)
+    blocks = BLOCKS[kind](37, 192, 0)
     weight, dense = decode_weight(blocks, max_rows=max_rows()), dense_bf16(blocks)
     for rows in sorted({1, 2, 3, 4, max_rows()}):
         for start in range(0, 192, rows):
@@ -66,12 +79,13 @@ def test_one_hot_rows_read_every_weight_bit_for_bit() -> None:
 
 
 @needs_kernel
+@pytest.mark.parametrize("kind", sorted(BLOCKS))
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 9, 16])
-def test_the_product_is_the_bf16_linears_up_to_accumulation_order(rows: int) -> None:
+def test_the_product_is_the_bf16_linears_up_to_accumulation_order(kind: str, rows: int) -> None:
     assert q4_decode.kernel_available()
     if rows > max_rows():
         pytest.skip("more than 4 rows need AMX tiles")
-    blocks = gguf_like_blocks(130, 576, seed=rows)
+    blocks = BLOCKS[kind](130, 576, rows)
     dense = dense_bf16(blocks)
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 576, generator=gen).bfloat16()
@@ -94,6 +108,17 @@ def test_the_kernel_refuses_what_it_cannot_multiply() -> None:
         q4_linear(torch.zeros(max_rows() + 1, 128, dtype=torch.bfloat16), weight, None)
     with pytest.raises(RuntimeError, match="bf16"):
         q4_linear(torch.zeros(1, 128), weight, None)
+
+
+def test_the_default_gguf_q8_embedding_is_read_exactly(default_model_dir: Path) -> None:
+    """The tied head's Q8_0 blocks reproduce the dequantized cache (which gguf-py wrote) bit for bit."""
+    from safetensors import safe_open
+
+    blocks = read_q8_0(default_gguf_path(), "token_embd.weight")
+    assert blocks is not None and blocks.levels.shape == (49152, 576)
+    with safe_open(str(default_model_dir / "model.safetensors"), framework="np") as f:
+        np.testing.assert_array_equal(blocks.dequantize(), f.get_tensor("model.embed_tokens.weight"))
+    assert read_q8_0(default_gguf_path(), "blk.0.attn_q.weight") is None  # Q4_1 there
 
 
 def test_only_exact_block_pairs_are_taken() -> None:
@@ -142,6 +167,7 @@ def test_the_default_model_in_bf16_decodes_small_batches_from_its_q4_blocks(
     linears = [m for m in bf16_from_gguf.model.modules() if isinstance(m, Linear)]
     assert len(linears) == 30 * 4 and all(m.q4_decode is not None for m in linears)
     assert all(m.packed_weight is not None for m in linears)  # larger batches stay on oneDNN
+    assert bf16_from_gguf.model._head_decode is not None  # the tied head, from its Q8_0 embedding
     all_prompts = prompts(bf16_from_gguf.tokenizer)
     engine = make_engine(bf16_from_gguf, dtype="bfloat16", max_num_seqs=num_seqs)
     outputs = engine.generate(all_prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))

@@ -1,4 +1,5 @@
-// y = x @ W^T for 1-16 rows of bf16 activations, W held as a GGUF's Q4_0/Q4_1 blocks (see q4_decode.py).
+// y = x @ W^T for 1-16 rows of bf16 activations, W held as a GGUF's Q4_0/Q4_1 (or Q8_0) blocks (see
+// q4_decode.py).
 //
 // Each block of 32 weights is expanded in registers to the bf16 values bf16(d * q + m): a 16-entry table
 // per block (one FMA over 0..15, rounded to bf16 to nearest even) indexed by the 4-bit levels. Those are
@@ -25,13 +26,29 @@ namespace {
 
 constexpr int64_t kPrefetchBytes = 2048;  // ~7 rows of a 576-wide matrix ahead: measured best of 0/512/2048
 
-// The bf16 weights of block pair (b, b+1) of one row: *wa gets the low nibbles' 32, *wb the high ones'.
+// Bytes of one block's levels: 32 nibbles (Q4_0/Q4_1) or 32 int8 (Q8_0, whose blocks are W = d * q).
+template <bool Q8>
+constexpr int64_t kBlockBytes = Q8 ? 32 : 16;
+
+inline __m512 scaled_int8(const uint8_t* q, float d) {
+  __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), _mm512_set1_ps(d));
+}
+
+// The bf16 weights of block pair (b, b+1) of one row: *wa = [b 0..15 | b+1 0..15], *wb = [b 16..31 | b+1
+// 16..31] (for Q4, the low and the high nibbles).
+template <bool Q8>
 inline void expand_pair(const uint8_t* q, const float* s, __m512i* wa, __m512i* wb) {
+  _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchBytes), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetchBytes / 8), _MM_HINT_T0);
+  if constexpr (Q8) {  // d * q is exact in fp32 (11 x 8 significant bits): one rounding, to bf16
+    *wa = (__m512i)_mm512_cvtne2ps_pbh(scaled_int8(q + 32, s[2]), scaled_int8(q, s[0]));
+    *wb = (__m512i)_mm512_cvtne2ps_pbh(scaled_int8(q + 48, s[2]), scaled_int8(q + 16, s[0]));
+    return;
+  }
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i upper_half = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
-  _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchBytes), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetchBytes / 8), _MM_HINT_T0);
   __m512 table0 = _mm512_fmadd_ps(_mm512_set1_ps(s[0]), iota, _mm512_set1_ps(s[1]));
   __m512 table1 = _mm512_fmadd_ps(_mm512_set1_ps(s[2]), iota, _mm512_set1_ps(s[3]));
   __m512i table = (__m512i)_mm512_cvtne2ps_pbh(table1, table0);
@@ -42,7 +59,7 @@ inline void expand_pair(const uint8_t* q, const float* s, __m512i* wa, __m512i* 
   *wb = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_cvtepu8_epi16(hi), upper_half), table);
 }
 
-template <int M, int R>
+template <bool Q8, int M, int R>
 inline void dot_rows(const uint8_t* levels, const float* dm, const uint16_t* xp, float* y, int64_t n,
                      int64_t k, int64_t n_total) {
   const int64_t blocks = k / 32;
@@ -52,7 +69,8 @@ inline void dot_rows(const uint8_t* levels, const float* dm, const uint16_t* xp,
   for (int64_t b = 0; b < blocks; b += 2) {
     for (int r = 0; r < R; ++r) {
       __m512i wa, wb;
-      expand_pair(levels + (n + r) * (k / 2) + b * 16, dm + ((n + r) * blocks + b) * 2, &wa, &wb);
+      expand_pair<Q8>(levels + ((n + r) * blocks + b) * kBlockBytes<Q8>, dm + ((n + r) * blocks + b) * 2, &wa,
+                      &wb);
       for (int m = 0; m < M; ++m) {
         const uint16_t* x = xp + m * k + b * 32;
         acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)wa, (__m512bh)_mm512_loadu_si512(x));
@@ -64,16 +82,16 @@ inline void dot_rows(const uint8_t* levels, const float* dm, const uint16_t* xp,
     for (int m = 0; m < M; ++m) y[m * n_total + n + r] = _mm512_reduce_add_ps(acc[r][m]);
 }
 
-template <int M>
+template <bool Q8, int M>
 void dot_all(const uint8_t* levels, const float* dm, const uint16_t* xp, float* y, int64_t k, int64_t n) {
   // Two rows at a time for instruction-level parallelism; an odd last row alone.
   at::parallel_for(0, (n + 1) / 2, 32, [&](int64_t begin, int64_t end) {
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t row = pair * 2;
       if (row + 1 < n) {
-        dot_rows<M, 2>(levels, dm, xp, y, row, k, n);
+        dot_rows<Q8, M, 2>(levels, dm, xp, y, row, k, n);
       } else {
-        dot_rows<M, 1>(levels, dm, xp, y, row, k, n);
+        dot_rows<Q8, M, 1>(levels, dm, xp, y, row, k, n);
       }
     }
   });
@@ -96,6 +114,7 @@ struct alignas(64) TileConfig {
 
 // Output rows [16 g0, 16 g1): tmm0 accumulates 16 weight rows x 16 activation rows; tmm1/tmm3 hold a block
 // pair's two weight tiles, tmm2/tmm4 the matching x^T tiles (bt: per tile, 16 pairs x 16 rows of 2 bf16).
+template <bool Q8>
 void amx_groups(const uint8_t* levels, const float* dm, const uint32_t* bt, float* y, int64_t g0, int64_t g1,
                 int64_t rows, int64_t k, int64_t n) {
   const int64_t blocks = k / 32;
@@ -107,7 +126,8 @@ void amx_groups(const uint8_t* levels, const float* dm, const uint32_t* bt, floa
     for (int64_t b = 0; b < blocks; b += 2) {
       for (int r = 0; r < 16; ++r) {
         __m512i wa = _mm512_setzero_si512(), wb = _mm512_setzero_si512();
-        if (n0 + r < n) expand_pair(levels + (n0 + r) * (k / 2) + b * 16, dm + ((n0 + r) * blocks + b) * 2, &wa, &wb);
+        const int64_t block = (n0 + r) * blocks + b;
+        if (n0 + r < n) expand_pair<Q8>(levels + block * kBlockBytes<Q8>, dm + block * 2, &wa, &wb);
         _mm512_store_si512(a + r * 32, wa);
         _mm512_store_si512(a + (16 + r) * 32, wb);
       }
@@ -124,6 +144,7 @@ void amx_groups(const uint8_t* levels, const float* dm, const uint32_t* bt, floa
   }
 }
 
+template <bool Q8>
 void amx_all(const uint16_t* xp, const uint8_t* levels, const float* dm, float* y, int64_t rows, int64_t k,
              int64_t n) {
   // x^T in tile order: bt[pair][m] = the two bf16 of xp row m at that pair; rows past x stay zero.
@@ -138,7 +159,7 @@ void amx_all(const uint16_t* xp, const uint8_t* levels, const float* dm, float* 
       config.colsb[t] = 64;
     }
     _tile_loadconfig(&config);
-    amx_groups(levels, dm, bt.data(), y, g0, g1, rows, k, n);
+    amx_groups<Q8>(levels, dm, bt.data(), y, g0, g1, rows, k, n);
     _tile_release();
   });
 }
@@ -147,30 +168,43 @@ constexpr int64_t kRegisterRows = 2;  // up to here registers beat AMX (bench/NO
 
 int64_t max_rows() { return amx_permitted() ? 16 : 4; }
 
+template <bool Q8>
+void multiply(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, int64_t rows, int64_t k,
+              int64_t n) {
+  if (rows > kRegisterRows && amx_permitted()) {
+    amx_all<Q8>(xs, q, s, ys, rows, k, n);
+    return;
+  }
+  switch (rows) {
+    case 1: dot_all<Q8, 1>(q, s, xs, ys, k, n); break;
+    case 2: dot_all<Q8, 2>(q, s, xs, ys, k, n); break;
+    case 3: dot_all<Q8, 3>(q, s, xs, ys, k, n); break;
+    default: dot_all<Q8, 4>(q, s, xs, ys, k, n); break;
+  }
+}
+
+// levels: uint8 [n, k / 2] of Q4 nibbles, or int8 [n, k] of Q8_0 levels; dm: (d, m) per block, m = 0 for Q8_0.
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Tensor& dm,
                      const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "x must be 2-D bf16");
-  TORCH_CHECK(levels.scalar_type() == at::kByte && levels.is_contiguous(), "levels must be contiguous uint8");
+  const bool q8 = levels.scalar_type() == at::kChar;
+  TORCH_CHECK((q8 || levels.scalar_type() == at::kByte) && levels.is_contiguous(),
+              "levels must be contiguous uint8 (Q4) or int8 (Q8_0)");
   TORCH_CHECK(dm.scalar_type() == at::kFloat && dm.is_contiguous(), "dm must be contiguous float32");
   const int64_t rows = x.size(0), k = x.size(1), n = levels.size(0);
   TORCH_CHECK(rows >= 1 && rows <= max_rows(), "1 to ", max_rows(), " rows, got ", rows);
-  TORCH_CHECK(k % 64 == 0 && levels.size(1) * 2 == k, "input size must be a multiple of 64 matching levels");
+  TORCH_CHECK(k % 64 == 0 && levels.size(1) * (q8 ? 1 : 2) == k,
+              "input size must be a multiple of 64 matching levels");
   TORCH_CHECK(dm.numel() == n * (k / 32) * 2, "dm must hold (d, m) per block");
   auto xp = x.contiguous().view({rows, k / 64, 2, 2, 16}).permute({0, 1, 3, 2, 4}).contiguous();
   auto y = at::empty({rows, n}, x.options().dtype(at::kFloat));
-  const auto* q = levels.data_ptr<uint8_t>();
+  const auto* q = reinterpret_cast<const uint8_t*>(levels.data_ptr());
   const auto* s = dm.data_ptr<float>();
   const auto* xs = reinterpret_cast<const uint16_t*>(xp.data_ptr());
-  auto* ys = y.data_ptr<float>();
-  if (rows > kRegisterRows && amx_permitted()) {
-    amx_all(xs, q, s, ys, rows, k, n);
+  if (q8) {
+    multiply<true>(xs, q, s, y.data_ptr<float>(), rows, k, n);
   } else {
-    switch (rows) {
-      case 1: dot_all<1>(q, s, xs, ys, k, n); break;
-      case 2: dot_all<2>(q, s, xs, ys, k, n); break;
-      case 3: dot_all<3>(q, s, xs, ys, k, n); break;
-      default: dot_all<4>(q, s, xs, ys, k, n); break;
-    }
+    multiply<false>(xs, q, s, y.data_ptr<float>(), rows, k, n);
   }
   if (bias.has_value() && bias->defined()) {
     y.add_(bias->to(at::kFloat));  // in fp32, before the one rounding to bf16, as oneDNN adds it
