@@ -112,7 +112,7 @@ class DecoderForCausalLM(nn.Module):
             else Linear(self.args.hidden_size, self.args.vocab_size, bias=False)
         )
         self._packed_head: torch.Tensor | None = None
-        self._head_decode: q4_decode.Q4DecodeWeight | None = None
+        self._head_decode: q4_decode.DecodeWeight | None = None
 
     @classmethod
     def model_args(cls, config: PretrainedConfig) -> ModelArgs:

@@ -8,7 +8,7 @@ from torch import nn
 
 from inference.models.int4 import Int4Weight, Q4Blocks, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
-from inference.models.q4_decode import Q4DecodeWeight, q4_linear
+from inference.models.q4_decode import DecodeWeight, q4_linear
 
 
 class RMSNorm(nn.Module):
@@ -31,7 +31,7 @@ class Linear(nn.Linear):
 
     packed_weight: torch.Tensor | None = None
     int4_weight: Int4Weight | None = None
-    q4_decode: Q4DecodeWeight | None = None
+    q4_decode: DecodeWeight | None = None
 
     def pack(self) -> None:
         """Prepack the weight and drop the dense copy; the module then only runs forward."""

@@ -51,7 +51,9 @@ class Q8Blocks:
 
 
 @dataclass(slots=True)
-class Q4DecodeWeight:
+class DecodeWeight:
+    """One matrix's blocks in the kernel's layout (Q4_0/Q4_1 or Q8_0)."""
+
     levels: torch.Tensor  # [out, in // 2] uint8: each Q4 block's 16 bytes as ggml stores them; Q8_0: int8
     dm: torch.Tensor  # [out, in // 32 * 2] float32: (d, m) per block, W = d * q + m (m = 0 for Q8_0)
     max_rows: int  # the largest batch the kernel takes here
@@ -60,7 +62,7 @@ class Q4DecodeWeight:
         return self.levels.numel() + self.dm.numel() * self.dm.element_size()
 
 
-def decode_weight(blocks: Q4Blocks | Q8Blocks, *, max_rows: int) -> Q4DecodeWeight:
+def decode_weight(blocks: Q4Blocks | Q8Blocks, *, max_rows: int) -> DecodeWeight:
     out_features, in_features = blocks.levels.shape
     if isinstance(blocks, Q8Blocks):
         levels = blocks.levels.astype(np.int8)
@@ -70,7 +72,7 @@ def decode_weight(blocks: Q4Blocks | Q8Blocks, *, max_rows: int) -> Q4DecodeWeig
         nibbles = grouped[..., : GROUP // 2] | (grouped[..., GROUP // 2 :] << 4)  # ggml: low nibbles first
         levels = nibbles.reshape(out_features, in_features // 2)
         dm = np.stack([blocks.scale, blocks.minimum], axis=-1).astype(np.float32)
-    return Q4DecodeWeight(
+    return DecodeWeight(
         torch.from_numpy(np.ascontiguousarray(levels)),
         torch.from_numpy(np.ascontiguousarray(dm.reshape(out_features, -1))),
         max_rows,
@@ -90,7 +92,7 @@ def matches(blocks: Q4Blocks | Q8Blocks, dense: torch.Tensor) -> bool:
     return torch.equal(expected, dense)
 
 
-def q4_linear(x: torch.Tensor, weight: Q4DecodeWeight, bias: torch.Tensor | None) -> torch.Tensor:
+def q4_linear(x: torch.Tensor, weight: DecodeWeight, bias: torch.Tensor | None) -> torch.Tensor:
     """x [..., in] bf16 with at most weight.max_rows rows -> [..., out] bf16."""
     flat = x.reshape(-1, x.shape[-1])
     out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias)
