@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +100,30 @@ def test_the_product_is_the_bf16_linears_up_to_accumulation_order(kind: str, row
     assert torch.all((out.float() - exact).abs() <= exact.abs() * 2**-8 + 1e-6)
     differing = (out != F.linear(x, dense, bias)).float().mean().item()
     assert differing < 0.02, f"{differing:.1%} of outputs differ from bf16 F.linear"
+
+
+@needs_kernel
+def test_without_amx_the_register_path_takes_up_to_four_rows(tmp_path: Path) -> None:
+    """MOONCAKE_Q4_AMX=0 (as on an AVX512-BF16 CPU without AMX): 3 and 4 rows go through registers."""
+    script = tmp_path / "registers.py"
+    script.write_text(
+        "import torch\n"
+        "from inference.models import q4_decode\n"
+        "from tests.inference.test_q4_decode import BLOCKS, dense_bf16\n"
+        "assert q4_decode.kernel_available() and q4_decode.max_rows() == 4\n"
+        "for kind, make in sorted(BLOCKS.items()):\n"
+        "    blocks = make(21, 128, 5)\n"
+        "    weight, dense = q4_decode.decode_weight(blocks, max_rows=4), dense_bf16(blocks)\n"
+        "    for rows in (3, 4):\n"
+        "        one_hot = torch.eye(128, dtype=torch.bfloat16)[:rows]\n"
+        "        assert torch.equal(q4_decode.q4_linear(one_hot, weight, None), dense[:, :rows].T), kind\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "MOONCAKE_Q4_AMX": "0", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    result = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
 @needs_kernel

@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace {
@@ -98,9 +100,13 @@ void dot_all(const uint8_t* levels, const float* dm, const uint16_t* xp, float* 
 }
 
 // Linux hands a process AMX tile state only when asked (the same request oneDNN makes).
+// MOONCAKE_Q4_AMX=0 keeps the kernel to its register path.
 bool amx_permitted() {
-  static const bool permitted =
-      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  static const bool permitted = [] {
+    const char* setting = std::getenv("MOONCAKE_Q4_AMX");
+    if (setting != nullptr && std::string(setting) == "0") return false;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  }();
   return permitted;
 }
 
