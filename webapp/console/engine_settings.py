@@ -16,6 +16,8 @@ ENGINE_FIELDS = (
     "block_size",
     "enable_chunked_prefill",
     "enable_prefix_caching",
+    "attention_backend",
+    "enforce_eager",
 )
 # Fields an admin edits on the tuning page, in display order.
 TUNING_FIELDS = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
@@ -115,6 +115,9 @@ TUNING_HELP = {
     "block_size": "Tokens per KV block; a power of two, 16 suits most models.",
     "enable_chunked_prefill": "Split long prompts across steps so decodes keep flowing.",
     "enable_prefix_caching": "Reuse KV blocks of shared prompt prefixes (system prompts, chats).",
+    "attention_backend": "auto: Triton on CUDA (flash-attn when installed and block_size is a multiple of "
+    "256), torch SDPA on CPU; flash_attn needs flash-attn installed.",
+    "enforce_eager": "CUDA only: turn decode CUDA graphs off (slower; for debugging).",
     "default_temperature": "Temperature when a request omits it (0 = greedy).",
     "default_top_p": "top_p when a request omits it.",
     "default_max_tokens": "Reply length cap when a request omits max_tokens.",
@@ -132,6 +135,8 @@ TUNING_LABELS = {
     "block_size": "KV block size (tokens)",
     "enable_chunked_prefill": "Chunked prefill",
     "enable_prefix_caching": "Prefix caching",
+    "attention_backend": "Attention backend",
+    "enforce_eager": "Eager decode (no CUDA graphs)",
     "default_temperature": "Default temperature",
     "default_top_p": "Default top_p",
     "default_max_tokens": "Default max_tokens",
@@ -142,7 +147,29 @@ TUNING_LABELS = {
 }
 
 
+_FROM_YAML = "from mooncake.yaml"
+_ON_OFF = [("on", "on"), ("off", "off")]
+
+
+def _on_off(value: Any) -> bool:
+    return value is True or value == "on"
+
+
+class _OnOffField(forms.TypedChoiceField):
+    """A nullable bool as a select: blank keeps mooncake.yaml's value; anything but on/off is an error."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        choices = [("", _FROM_YAML), *_ON_OFF]
+        super().__init__(choices=choices, coerce=_on_off, empty_value=None, required=False, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        # The row holds True/False/None; the select's options are on/off/blank.
+        return {True: "on", False: "off", None: ""}.get(value, value)
+
+
 class TuningForm(forms.ModelForm[EngineSettings]):
+    enforce_eager = _OnOffField(label=TUNING_LABELS["enforce_eager"], help_text=TUNING_HELP["enforce_eager"])
+
     class Meta:
         model = EngineSettings
         fields = list(TUNING_HELP)
@@ -154,6 +181,8 @@ class TuningForm(forms.ModelForm[EngineSettings]):
         from inference import EngineConfig
 
         super().__init__(*args, **kwargs)
+        backends = EngineSettings.AttentionBackend.choices
+        self._blank_choice("attention_backend", _FROM_YAML, backends)
         try:
             current = EngineConfig.from_dict(engine_config_dict(settings.MOONCAKE))
         except ValueError:
@@ -161,6 +190,13 @@ class TuningForm(forms.ModelForm[EngineSettings]):
         for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_bytes", "block_size"):
             value = getattr(current, name)
             self.fields[name].widget.attrs["placeholder"] = "engine default" if value is None else str(value)
+        # The blank choice names the value it keeps.
+        self._blank_choice("attention_backend", f"{_FROM_YAML} ({current.attention_backend})", backends)
+        eager = "on" if current.enforce_eager else "off"
+        self._blank_choice("enforce_eager", f"{_FROM_YAML} ({eager})", _ON_OFF)
+
+    def _blank_choice(self, name: str, label: str, choices: list[tuple[str, str]]) -> None:
+        cast(forms.ChoiceField, self.fields[name]).choices = [("", label), *choices]
 
     def clean_default_temperature(self) -> float | None:
         return _in_range(self.cleaned_data["default_temperature"], 0.0, 2.0)

@@ -46,12 +46,23 @@ class ModelRegistration(models.Model):
 class EngineSettings(models.Model):
     """One row: engine tuning applied to every model; null means mooncake.yaml's value (or the default)."""
 
+    class AttentionBackend(models.TextChoices):
+        # inference.config._BACKENDS (not imported: that would pull torch into every Django process)
+        AUTO = "auto", "auto"
+        TORCH = "torch", "torch"
+        TRITON = "triton", "triton"
+        FLASH_ATTN = "flash_attn", "flash_attn"
+
     max_num_seqs = models.PositiveIntegerField(null=True, blank=True)
     max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
     kv_cache_memory_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     block_size = models.PositiveIntegerField(null=True, blank=True)
     enable_chunked_prefill = models.BooleanField(default=True)
     enable_prefix_caching = models.BooleanField(default=True)
+    attention_backend = models.CharField(
+        max_length=16, choices=AttentionBackend.choices, null=True, blank=True
+    )
+    enforce_eager = models.BooleanField(null=True, blank=True)
     default_temperature = models.FloatField(null=True, blank=True)
     default_top_p = models.FloatField(null=True, blank=True)
     default_max_tokens = models.PositiveIntegerField(null=True, blank=True)

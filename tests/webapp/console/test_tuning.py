@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 from django.urls import reverse
 
-from inference import ModelManager
+from inference import EngineConfig, ModelManager
+from inference.attention import BACKEND_NAMES
 from tests.webapp.console.conftest import SizedFakeEngine
+from webapp.console.engine_settings import engine_overrides, engine_settings_get
 from webapp.console.forms import TUNING_HELP
 from webapp.console.jobs import process_jobs
-from webapp.console.models import AuditLog, EngineSettings
+from webapp.console.models import AuditLog, EngineSettings, ModelRegistration
+from webapp.console.registry import engine_config_for
 
 VALID = {
     "max_num_seqs": "8",
@@ -19,6 +24,8 @@ VALID = {
     "block_size": "16",
     "enable_chunked_prefill": "on",
     "enable_prefix_caching": "on",
+    "attention_backend": "",
+    "enforce_eager": "",
     "default_temperature": "0.7",
     "default_top_p": "0.9",
     "default_max_tokens": "256",
@@ -45,6 +52,8 @@ def test_every_field_is_explained(staff_client: Client, manager: ModelManager) -
         ("default_temperature", "3", "at most 2.0"),
         ("default_top_p", "0", "above 0.0"),
         ("max_num_batched_tokens", "4", "must be at least max_num_seqs"),
+        ("attention_backend", "magic", "Select a valid choice. magic is not one of the available choices."),
+        ("enforce_eager", "maybe", "Select a valid choice. maybe is not one of the available choices."),
     ],
 )
 def test_invalid_values_are_refused(
@@ -93,3 +102,90 @@ def test_unchanged_form_writes_no_audit(staff_client: Client, manager: ModelMana
     process_jobs.wait_all()
     staff_client.post(reverse("console:tuning"), VALID)
     assert AuditLog.objects.filter(action="engine.tune").count() == 1
+
+
+def test_backend_choices_are_the_engines() -> None:
+    """The model copies inference's list (importing it would load torch); keep the two in step."""
+    assert tuple(EngineSettings.AttentionBackend.values) == BACKEND_NAMES
+    for name in BACKEND_NAMES:
+        assert EngineConfig(attention_backend=name).attention_backend == name
+
+
+def test_engine_options_offer_mooncake_yaml_value(
+    staff_client: Client, manager: ModelManager, settings: Any
+) -> None:
+    settings.MOONCAKE = {
+        **settings.MOONCAKE,
+        "engine": {"attention_backend": "triton", "enforce_eager": True},
+    }
+    html = staff_client.get(reverse("console:tuning")).content.decode()
+    assert '<option value="" selected>from mooncake.yaml (triton)</option>' in html
+    assert '<option value="" selected>from mooncake.yaml (on)</option>' in html
+    assert '<option value="flash_attn">flash_attn</option>' in html
+
+
+@pytest.mark.parametrize(
+    ("field", "posted", "stored", "option"),
+    [
+        ("attention_backend", "torch", "torch", '<option value="torch" selected>'),
+        ("enforce_eager", "on", True, '<option value="on" selected>'),
+        ("enforce_eager", "off", False, '<option value="off" selected>'),
+    ],
+)
+def test_engine_option_saves_audits_and_restarts(
+    staff_client: Client,
+    manager: ModelManager,
+    engines: list[SizedFakeEngine],
+    field: str,
+    posted: str,
+    stored: object,
+    option: str,
+) -> None:
+    manager.load("base")
+    staff_client.post(reverse("console:tuning"), VALID, follow=True)  # follow: shows its message
+    process_jobs.wait_all()
+    assert len(engines) == 2
+    response = staff_client.post(reverse("console:tuning"), VALID | {field: posted}, follow=True)
+    process_jobs.wait_all()
+    assert "the engines restart" in response.content.decode()
+    assert getattr(EngineSettings.objects.get(), field) == stored
+    entry = AuditLog.objects.filter(action="engine.tune").first()
+    assert entry is not None
+    assert (entry.before or {})[field] is None and (entry.after or {})[field] == stored
+    assert len(engines) == 3 and getattr(engines[2].config, field) == stored
+    assert option in response.content.decode()  # the page shows the saved choice
+
+
+def test_blank_engine_options_keep_mooncake_yaml(
+    staff_client: Client, manager: ModelManager, settings: Any
+) -> None:
+    settings.MOONCAKE = {
+        **settings.MOONCAKE,
+        "engine": {"attention_backend": "triton", "enforce_eager": True},
+    }
+    staff_client.post(reverse("console:tuning"), VALID)
+    row = EngineSettings.objects.get()
+    assert row.attention_backend is None and row.enforce_eager is None
+    overrides = engine_overrides(row)
+    assert "attention_backend" not in overrides and "enforce_eager" not in overrides
+    config = engine_config_for(ModelRegistration(name="m", source="default"), row)
+    assert config.attention_backend == "triton" and config.enforce_eager is True
+
+
+def test_set_engine_options_override_mooncake_yaml(db: None, settings: Any) -> None:
+    settings.MOONCAKE = {
+        **settings.MOONCAKE,
+        "engine": {"attention_backend": "triton", "enforce_eager": True},
+    }
+    row = engine_settings_get()
+    row.attention_backend = "torch"
+    row.enforce_eager = False  # off is a setting too, not "unset"
+    row.save()
+    overrides = engine_overrides(row)
+    assert overrides["attention_backend"] == "torch" and overrides["enforce_eager"] is False
+    config = EngineConfig(model="default", **overrides)
+    assert config.attention_backend == "torch" and config.enforce_eager is False
+    config = engine_config_for(ModelRegistration(name="m", source="default"), row)
+    assert config.attention_backend == "torch" and config.enforce_eager is False
+    row.enforce_eager = True
+    assert EngineConfig(model="default", **engine_overrides(row)).enforce_eager is True
