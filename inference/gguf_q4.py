@@ -9,6 +9,7 @@ they are put back the way our models (and the dequantized cache) have them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,16 +21,27 @@ from inference.models.q4_decode import Q8Blocks
 _BLOCK_BYTES = {"Q4_0": 2 + GROUP // 2, "Q4_1": 4 + GROUP // 2}
 
 
-def read_q4_linears(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> dict[str, Q4Blocks]:
-    """Every Q4_0/Q4_1 weight of the file, keyed by its Hugging Face name (other types are left out)."""
+@dataclass(frozen=True, slots=True)
+class GGUFBlocks:
+    """The blocks the CPU paths can use, read in one pass: opening a GGUF takes seconds."""
+
+    linears: dict[str, Q4Blocks]  # every Q4_0/Q4_1 weight, keyed by its Hugging Face name
+    embedding: Q8Blocks | None  # the token embedding (a tied model's head), when it is Q8_0
+
+
+def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBlocks:
+    """The file's Q4_0/Q4_1 weights and its Q8_0 token embedding (other types are left out)."""
     from gguf import GGUFReader
 
     reader = GGUFReader(gguf_path)
     arch_field = reader.get_field("general.architecture")
     arch = str(arch_field.contents()) if arch_field is not None else "?"
-    out: dict[str, Q4Blocks] = {}
+    linears: dict[str, Q4Blocks] = {}
+    embedding: Q8Blocks | None = None
     for tensor in reader.tensors:
         kind = tensor.tensor_type.name
+        if tensor.name == "token_embd.weight" and kind == "Q8_0":
+            embedding = parse_q8_0(np.asarray(tensor.data))
         name = _hf_name(tensor.name)
         if kind not in _BLOCK_BYTES or name is None:
             continue
@@ -41,18 +53,8 @@ def read_q4_linears(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> di
                 _unpermute(blocks.scale, heads),
                 _unpermute(blocks.minimum, heads),
             )
-        out[name] = blocks
-    return out
-
-
-def read_q8_0(gguf_path: Path, gguf_name: str) -> Q8Blocks | None:
-    """The file's tensor `gguf_name` (e.g. token_embd.weight) if it is stored as Q8_0."""
-    from gguf import GGUFReader
-
-    for tensor in GGUFReader(gguf_path).tensors:
-        if tensor.name == gguf_name and tensor.tensor_type.name == "Q8_0":
-            return parse_q8_0(np.asarray(tensor.data))
-    return None
+        linears[name] = blocks
+    return GGUFBlocks(linears, embedding)
 
 
 def parse_q8_0(raw: np.ndarray) -> Q8Blocks:

@@ -170,12 +170,12 @@ def _check_gguf_int4(path: Path, device: torch.device, dtype: torch.dtype) -> No
 def _use_gguf_int4(model: torch.nn.Module, path: Path, hf_config: PretrainedConfig) -> None:
     if not isinstance(model, DecoderForCausalLM):
         raise ValueError(f"quantization='gguf' needs one of our models, got {type(model).__name__}")
-    from inference.gguf_q4 import read_q4_linears
+    from inference.gguf_q4 import read_blocks
 
-    blocks = read_q4_linears(
+    blocks = read_blocks(
         path, num_heads=hf_config.num_attention_heads, num_kv_heads=hf_config.num_key_value_heads
     )
-    count = model.use_int4(blocks)
+    count = model.use_int4(blocks.linears)
     if count == 0:
         raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")
     logger.info("Kept %d projections of %s 4-bit (Q4_0/Q4_1)", count, path.name)
@@ -184,14 +184,13 @@ def _use_gguf_int4(model: torch.nn.Module, path: Path, hf_config: PretrainedConf
 def _use_q4_decode(model: torch.nn.Module, path: Path, hf_config: PretrainedConfig) -> None:
     if not isinstance(model, DecoderForCausalLM) or not q4_decode.kernel_available():
         return
-    from inference.gguf_q4 import read_q4_linears, read_q8_0
+    from inference.gguf_q4 import read_blocks
 
-    blocks = read_q4_linears(
+    blocks = read_blocks(
         path, num_heads=hf_config.num_attention_heads, num_kv_heads=hf_config.num_key_value_heads
     )
-    count = model.use_q4_decode(blocks) if blocks else 0
-    embedding = read_q8_0(path, "token_embd.weight")
-    head = embedding is not None and model.use_q8_head(embedding)
+    count = model.use_q4_decode(blocks.linears)
+    head = blocks.embedding is not None and model.use_q8_head(blocks.embedding)
     logger.info(
         "Batches of up to %d rows read %d projections%s from %s's blocks",
         q4_decode.max_rows(),

@@ -158,7 +158,7 @@ class DecoderForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self._head_decode
-        if head is not None and hidden.numel() <= head.max_rows * hidden.shape[-1]:
+        if head is not None and hidden.numel() <= q4_decode.max_rows() * hidden.shape[-1]:
             return q4_decode.q4_linear(hidden, head, None)
         if self._packed_head is not None:
             return packed_linear(hidden, self._packed_head, None)
@@ -191,7 +191,7 @@ class DecoderForCausalLM(nn.Module):
         count = 0
         for module, stacked in self._projections_in(blocks):
             if q4_decode.eligible(stacked) and q4_decode.matches(stacked, module.weight.detach()):
-                module.q4_decode = q4_decode.decode_weight(stacked, max_rows=q4_decode.max_rows())
+                module.q4_decode = q4_decode.decode_weight(stacked)
                 count += 1
         return count
 
@@ -202,7 +202,7 @@ class DecoderForCausalLM(nn.Module):
         exact = q4_decode.eligible(blocks) and q4_decode.matches(blocks, embedding)
         if self.lm_head is not None or not exact:
             return False
-        self._head_decode = q4_decode.decode_weight(blocks, max_rows=q4_decode.max_rows())
+        self._head_decode = q4_decode.decode_weight(blocks)
         return True
 
     def _projections_in(self, blocks: dict[str, Q4Blocks]) -> Iterator[tuple[Linear, Q4Blocks]]:

@@ -8,7 +8,7 @@ from torch import nn
 
 from inference.models.int4 import Int4Weight, Q4Blocks, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
-from inference.models.q4_decode import DecodeWeight, q4_linear
+from inference.models.q4_decode import DecodeWeight, max_rows, q4_linear
 
 
 class RMSNorm(nn.Module):
@@ -53,7 +53,7 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.int4_weight is not None:
             return int4_linear(x, self.int4_weight, self.bias)
-        if self.q4_decode is not None and x.numel() <= self.q4_decode.max_rows * self.in_features:
+        if self.q4_decode is not None and x.numel() <= max_rows() * self.in_features:
             return q4_linear(x, self.q4_decode, self.bias)
         if self.packed_weight is not None:
             return packed_linear(x, self.packed_weight, self.bias)

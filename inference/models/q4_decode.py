@@ -32,8 +32,6 @@ from inference.models.int4 import GROUP, Q4Blocks
 
 logger = logging.getLogger(__name__)
 
-# Above these row counts oneDNN's packed bf16 GEMM is as fast or faster (bench/NOTES.md, session 4).
-REGISTER_ROWS = 4  # AVX512-BF16 alone
 _SOURCE = Path(__file__).with_name("csrc") / "q4_decode.cpp"
 _FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
 
@@ -56,16 +54,15 @@ class DecodeWeight:
 
     levels: torch.Tensor  # [out, in // 2] uint8: each Q4 block's 16 bytes as ggml stores them; Q8_0: int8
     dm: torch.Tensor  # [out, in // 32 * 2] float32: (d, m) per block, W = d * q + m (m = 0 for Q8_0)
-    max_rows: int  # the largest batch the kernel takes here
 
     def nbytes(self) -> int:
         return self.levels.numel() + self.dm.numel() * self.dm.element_size()
 
 
-def decode_weight(blocks: Q4Blocks | Q8Blocks, *, max_rows: int) -> DecodeWeight:
+def decode_weight(blocks: Q4Blocks | Q8Blocks) -> DecodeWeight:
     out_features, in_features = blocks.levels.shape
     if isinstance(blocks, Q8Blocks):
-        levels = blocks.levels.astype(np.int8)
+        levels = blocks.levels
         dm = np.stack([blocks.scale, np.zeros_like(blocks.scale)], axis=-1).astype(np.float32)
     else:
         grouped = blocks.levels.reshape(out_features, -1, GROUP)
@@ -75,7 +72,6 @@ def decode_weight(blocks: Q4Blocks | Q8Blocks, *, max_rows: int) -> DecodeWeight
     return DecodeWeight(
         torch.from_numpy(np.ascontiguousarray(levels)),
         torch.from_numpy(np.ascontiguousarray(dm.reshape(out_features, -1))),
-        max_rows,
     )
 
 
@@ -93,7 +89,7 @@ def matches(blocks: Q4Blocks | Q8Blocks, dense: torch.Tensor) -> bool:
 
 
 def q4_linear(x: torch.Tensor, weight: DecodeWeight, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., in] bf16 with at most weight.max_rows rows -> [..., out] bf16."""
+    """x [..., in] bf16 with at most max_rows() rows -> [..., out] bf16."""
     flat = x.reshape(-1, x.shape[-1])
     out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias)
     return out.view(*x.shape[:-1], out.shape[-1])
@@ -101,8 +97,9 @@ def q4_linear(x: torch.Tensor, weight: DecodeWeight, bias: torch.Tensor | None) 
 
 @functools.cache
 def max_rows() -> int:
-    """16 where the kernel may use AMX tiles, else 4."""
-    return int(torch.ops.mooncake_q4.max_rows()) if kernel_available() else REGISTER_ROWS
+    """The largest batch the loaded kernel takes: 16 where it may use AMX tiles, else 4 (above that,
+    oneDNN's packed bf16 GEMM is as fast or faster; bench/NOTES.md, session 4)."""
+    return int(torch.ops.mooncake_q4.max_rows())
 
 
 @functools.cache
@@ -186,15 +183,14 @@ def _agrees_with_dense() -> bool:
         rng.integers(-128, 128, (20, 128), dtype=np.int8),
         rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
     )
-    limit = int(torch.ops.mooncake_q4.max_rows())
-    return all(_agrees(b, limit) for b in (blocks, q8))
+    return all(_agrees(b) for b in (blocks, q8))
 
 
-def _agrees(blocks: Q4Blocks | Q8Blocks, limit: int) -> bool:
-    weight = decode_weight(blocks, max_rows=limit)
+def _agrees(blocks: Q4Blocks | Q8Blocks) -> bool:
+    weight = decode_weight(blocks)
     dense = torch.from_numpy(blocks.dequantize()).bfloat16()
     gen = torch.Generator().manual_seed(0)
-    for rows in sorted({1, 2, 3, limit}):
+    for rows in sorted({1, 2, 3, max_rows()}):
         columns = torch.randperm(128, generator=gen)[:rows]
         one_hot = torch.zeros(rows, 128, dtype=torch.bfloat16)
         one_hot[torch.arange(rows), columns] = 1

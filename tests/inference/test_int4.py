@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from inference import EngineConfig, SamplingParams
-from inference.gguf_q4 import parse_q4, read_q4_linears
+from inference.gguf_q4 import parse_q4, read_blocks
 from inference.loader import LoadedModel, default_gguf_path, load_model
 from inference.models.int4 import GROUP, Q4Blocks, int4_linear, pack_int4
 from inference.models.layers import Linear
@@ -114,7 +114,7 @@ def test_the_default_gguf_is_read_block_for_block(default_model_dir: Path) -> No
     """Levels, scales and zeros reproduce the dequantized cache (which gguf-py wrote) for every Q4 tensor."""
     from safetensors import safe_open
 
-    blocks = read_q4_linears(default_gguf_path(), num_heads=9, num_kv_heads=3)
+    blocks = read_blocks(default_gguf_path(), num_heads=9, num_kv_heads=3).linears
     assert len(blocks) == 30 * 7  # q, k, v, o, gate, up, down of 30 layers; the Q8_0 embedding stays out
     with safe_open(str(default_model_dir / "model.safetensors"), framework="np") as f:
         for name in (

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from inference import SamplingParams
-from inference.gguf_q4 import read_q8_0
+from inference.gguf_q4 import read_blocks
 from inference.loader import LoadedModel, default_gguf_path, load_model
 from inference.models import q4_decode
 from inference.models.int4 import GROUP, Q4Blocks
@@ -72,7 +72,7 @@ def test_one_hot_rows_read_every_weight_bit_for_bit(kind: str) -> None:
     them) and the ragged last row group: x = e_k returns column k of bf16(d * q + m)."""
     assert q4_decode.kernel_available()
     blocks = BLOCKS[kind](37, 192, 0)
-    weight, dense = decode_weight(blocks, max_rows=max_rows()), dense_bf16(blocks)
+    weight, dense = decode_weight(blocks), dense_bf16(blocks)
     for rows in sorted({1, 2, 3, 4, max_rows()}):
         for start in range(0, 192, rows):
             columns = [c % 192 for c in range(start, start + rows)]
@@ -93,7 +93,7 @@ def test_the_product_is_the_bf16_linears_up_to_accumulation_order(kind: str, row
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 576, generator=gen).bfloat16()
     bias = torch.randn(130, generator=gen).bfloat16()
-    out = q4_linear(x, decode_weight(blocks, max_rows=max_rows()), bias)
+    out = q4_linear(x, decode_weight(blocks), bias)
     assert out.dtype == torch.bfloat16 and out.shape == (rows, 130)
     exact = x.float() @ dense.float().T + bias.float()
     # One rounding to bf16 at the end, as F.linear: within half a bf16 step of the fp32 product.
@@ -113,7 +113,7 @@ def test_without_amx_the_register_path_takes_up_to_four_rows(tmp_path: Path) -> 
         "assert q4_decode.kernel_available() and q4_decode.max_rows() == 4\n"
         "for kind, make in sorted(BLOCKS.items()):\n"
         "    blocks = make(21, 128, 5)\n"
-        "    weight, dense = q4_decode.decode_weight(blocks, max_rows=4), dense_bf16(blocks)\n"
+        "    weight, dense = q4_decode.decode_weight(blocks), dense_bf16(blocks)\n"
         "    for rows in (3, 4):\n"
         "        one_hot = torch.eye(128, dtype=torch.bfloat16)[:rows]\n"
         "        assert torch.equal(q4_decode.q4_linear(one_hot, weight, None), dense[:, :rows].T), kind\n"
@@ -130,7 +130,7 @@ def test_without_amx_the_register_path_takes_up_to_four_rows(tmp_path: Path) -> 
 def test_the_kernel_refuses_what_it_cannot_multiply() -> None:
     assert q4_decode.kernel_available()
     blocks = gguf_like_blocks(8, 128, seed=1)
-    weight = decode_weight(blocks, max_rows=max_rows())
+    weight = decode_weight(blocks)
     with pytest.raises(RuntimeError, match=f"1 to {max_rows()} rows"):
         q4_linear(torch.zeros(max_rows() + 1, 128, dtype=torch.bfloat16), weight, None)
     with pytest.raises(RuntimeError, match="bf16"):
@@ -141,11 +141,12 @@ def test_the_default_gguf_q8_embedding_is_read_exactly(default_model_dir: Path) 
     """The tied head's Q8_0 blocks reproduce the dequantized cache (which gguf-py wrote) bit for bit."""
     from safetensors import safe_open
 
-    blocks = read_q8_0(default_gguf_path(), "token_embd.weight")
+    read = read_blocks(default_gguf_path(), num_heads=9, num_kv_heads=3)
+    blocks = read.embedding
     assert blocks is not None and blocks.levels.shape == (49152, 576)
     with safe_open(str(default_model_dir / "model.safetensors"), framework="np") as f:
         np.testing.assert_array_equal(blocks.dequantize(), f.get_tensor("model.embed_tokens.weight"))
-    assert read_q8_0(default_gguf_path(), "blk.0.attn_q.weight") is None  # Q4_1 there
+    assert "model.embed_tokens.weight" not in read.linears  # Q8_0 is not a 4-bit linear
 
 
 def test_only_exact_block_pairs_are_taken() -> None:
@@ -163,7 +164,8 @@ def test_a_linear_reads_its_blocks_only_for_small_batches(monkeypatch: pytest.Mo
     blocks = gguf_like_blocks(64, 128, seed=3)
     linear = Linear(128, 64, bias=False).bfloat16()
     linear.weight.data.copy_(dense_bf16(blocks))
-    linear.q4_decode = decode_weight(blocks, max_rows=4)
+    linear.q4_decode = decode_weight(blocks)
+    monkeypatch.setattr("inference.models.layers.max_rows", lambda: 4)
     calls: list[int] = []
 
     def spy(x: torch.Tensor, weight: object, bias: object) -> torch.Tensor:
