@@ -13,6 +13,7 @@ from inference.errors import (
     NoModelLoadedError,
     PromptTooLongError,
     QueueFullError,
+    RequestFailedError,
     UnknownModelError,
 )
 from inference.manager import ModelInfo, ModelManager
@@ -39,6 +40,7 @@ __all__ = [
     "NoModelLoadedError",
     "PromptTooLongError",
     "QueueFullError",
+    "RequestFailedError",
     "RequestMetrics",
     "RequestOutput",
     "SamplingParams",

@@ -18,13 +18,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
-from inference.errors import EngineDeadError, QueueFullError
+from inference.errors import EngineDeadError, QueueFullError, RequestFailedError
 from inference.metrics import EngineStats
 from inference.models import DecoderForCausalLM
 from inference.outputs import RequestOutput
@@ -130,6 +130,7 @@ class AsyncEngine:
         self._handed_event = threading.Event()
         self._moved: dict[str, _Stream] = {}  # handed-over streams, so abort() reaches their new owner
         self._health = EngineHealth("ready")
+        self._on_death: Callable[[AsyncEngine], None] | None = None
         self._stats = engine.stats()
         self._thread = threading.Thread(
             target=self._run, name=f"mooncake-engine-{self.model_name}", daemon=True
@@ -242,6 +243,14 @@ class AsyncEngine:
     def health(self) -> EngineHealth:
         return EngineHealth(self._health.state, self._health.error)
 
+    def set_on_death(self, callback: Callable[[AsyncEngine], None]) -> None:
+        """Call `callback(self)` once if the engine thread dies (at once if it already has)."""
+        with self._cond:
+            dead = self._health.state == "dead"
+            self._on_death = None if dead else callback
+        if dead:
+            callback(self)
+
     def stats(self) -> EngineStats:
         return self._stats
 
@@ -341,11 +350,14 @@ class AsyncEngine:
                 outputs = self.engine.step() if self.engine.has_unfinished_requests() else []
                 self._stats = self.engine.stats()
                 self._deliver(outputs)
+                for request_id, error in self.engine.take_failures():
+                    self._deliver_error(request_id, error)
                 if stop and not self.engine.has_unfinished_requests():
                     return
         except Exception as exc:
             logger.exception("Engine thread for %s died", self.model_name)
-            self._die(f"{type(exc).__name__}: {exc}")
+            cause = f" (after {type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
+            self._die(f"{type(exc).__name__}: {exc}{cause}")
 
     def _gather_burst(self) -> None:
         """With the lock held and the engine idle: let a burst of adds gather before the first step."""
@@ -378,6 +390,12 @@ class AsyncEngine:
                 )
             except (ValueError, QueueFullError) as exc:  # checked up front; only a race gets here
                 self._deliver_error(command.request_id, exc)
+            except Exception:  # a bad request must not take the engine thread down with it
+                logger.exception("Adding request %s failed", command.request_id)
+                self._deliver_error(
+                    command.request_id,
+                    RequestFailedError(f"The engine could not start request {command.request_id}."),
+                )
 
     def _take_unscheduled(self) -> None:
         requests = self.engine.take_unscheduled()
@@ -412,8 +430,15 @@ class AsyncEngine:
             # Every request just failed: the last loop's snapshot would show them running forever, and
             # the manager's idle checks (keep-alive, eviction) would never unload the dead engine.
             self._stats = dataclasses.replace(self._stats, num_running=0, num_waiting=0, kv_cache_usage=0.0)
+            on_death, self._on_death = self._on_death, None
         for stream in streams.values():
-            _push(stream, EngineDeadError(f"the engine died: {error}"))
+            # The cause is logged; callers learn only that this engine stopped.
+            _push(stream, EngineDeadError("The engine stopped unexpectedly while running this request."))
+        if on_death is not None:
+            try:
+                on_death(self)
+            except Exception:
+                logger.exception("The death callback of %s failed", self.model_name)
 
 
 def _push(stream: _Stream, item: RequestOutput | BaseException) -> None:

@@ -1,4 +1,8 @@
-"""LLMEngine: the synchronous step loop (schedule, execute, postprocess), usable offline."""
+"""LLMEngine: the synchronous step loop (schedule, execute, postprocess), usable offline.
+
+Over 300 lines: admission, the step and the per-request failure path all work on the one request table,
+and splitting them would only pass it around.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+import torch
+
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
-from inference.errors import PromptTooLongError, QueueFullError
+from inference.errors import EngineBrokenError, PromptTooLongError, QueueFullError, RequestFailedError
 from inference.logprobs import LogprobBuilder
 from inference.metrics import EngineStats, MetricsCollector
 from inference.model_io import ScheduledChunk, StepLogits
@@ -19,11 +25,16 @@ from inference.sampler import Sampler
 from inference.sampling_params import SamplingParams
 from inference.scheduler import Scheduler, SchedulerOutput
 from inference.sequence import Sequence, SequenceStatus
+from inference.step_isolation import execute_isolating, sample_isolating
 
 if TYPE_CHECKING:
     from inference.loader import LoadedModel
 
 logger = logging.getLogger(__name__)
+
+# Steps in a row that failed (each ending its culprits) before the engine counts as broken: a healthy
+# step in between resets the count, so bad requests alone never get the engine restarted.
+MAX_FAILED_STEPS_IN_A_ROW = 8
 
 
 class Runner(Protocol):
@@ -33,6 +44,7 @@ class Runner(Protocol):
     num_blocks: int
     max_model_len: int
     kv_capacity_tokens: int
+    vocab_size: int
 
     def execute(self, chunks: list[ScheduledChunk]) -> StepLogits: ...
 
@@ -50,17 +62,7 @@ class LLMEngine:
         if runner is None:
             from inference.model_runner import ModelRunner
 
-            runner = ModelRunner(
-                loaded,
-                block_size=config.block_size,
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                max_model_len=config.max_model_len,
-                kv_cache_memory_bytes=config.kv_cache_memory_bytes,
-                gpu_memory_utilization=config.gpu_memory_utilization,
-                attention_backend=config.attention_backend,
-                enforce_eager=config.enforce_eager,
-            )
+            runner = ModelRunner.from_config(loaded, config)
         self.config = config
         self.loaded = loaded
         self.runner = runner
@@ -77,6 +79,8 @@ class LLMEngine:
         self._logprobs = LogprobBuilder(self.tokenizer)
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []  # outputs of aborts, returned by the next step()
+        self._failures: list[tuple[str, RequestFailedError]] = []  # requests that failed alone
+        self._failed_steps_in_a_row = 0
         self._ids = itertools.count()
 
     # ---- requests ---------------------------------------------------------------------------------
@@ -87,6 +91,9 @@ class LLMEngine:
         """Raise if the prompt cannot run; returns the effective max_tokens."""
         if not prompt_token_ids:
             raise ValueError("the prompt is empty")
+        vocab = self.runner.vocab_size
+        if not 0 <= min(prompt_token_ids) <= max(prompt_token_ids) < vocab:
+            raise ValueError(f"prompt token ids must be in [0, {vocab - 1}]")
         n = len(prompt_token_ids)
         if n >= self.max_model_len or (
             params.max_tokens is not None and n + params.max_tokens > self.max_model_len
@@ -152,6 +159,24 @@ class LLMEngine:
             self.metrics.requests_total -= 1
         return taken
 
+    def fail_request(self, request_id: str, error: BaseException) -> None:
+        """End one request whose processing raised; the others in its batch go on."""
+        request = self._requests.pop(request_id, None)
+        if request is None:
+            return
+        logger.error("Request %s failed in the engine and was ended alone", request_id, exc_info=error)
+        request.aborted = True
+        self.scheduler.finish_requests(list(request.seqs.values()), SequenceStatus.FINISHED_ABORTED)
+        self.metrics.on_finished("error")
+        # Clients see a generic message; the cause is in the log under the request id.
+        error_out = RequestFailedError(f"The engine could not complete request {request_id}.")
+        self._failures.append((request_id, error_out))
+
+    def take_failures(self) -> list[tuple[str, RequestFailedError]]:
+        """Requests ended by fail_request since the last call, with the error their callers get."""
+        failures, self._failures = self._failures, []
+        return failures
+
     def has_unfinished_requests(self) -> bool:
         return bool(self._requests or self._pending)
 
@@ -162,8 +187,19 @@ class LLMEngine:
     # ---- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         scheduled = self.scheduler.schedule()
-        logits = self.runner.execute(scheduled.chunks) if not scheduled.is_empty else None
+        logits = self._execute(scheduled) if not scheduled.is_empty else None
         return self._postprocess(scheduled, logits)
+
+    def _execute(self, scheduled: SchedulerOutput) -> StepLogits | None:
+        try:
+            logits = self.runner.execute(scheduled.chunks)
+        except Exception as exc:
+            self._failed_steps_in_a_row += 1
+            if self._failed_steps_in_a_row >= MAX_FAILED_STEPS_IN_A_ROW:
+                raise EngineBrokenError(f"{self._failed_steps_in_a_row} steps in a row failed") from exc
+            return execute_isolating(self.runner, scheduled, exc, self.fail_request)
+        self._failed_steps_in_a_row = 0
+        return logits
 
     def generate(
         self, prompts: list[str] | list[list[int]], params: SamplingParams | list[SamplingParams]
@@ -194,29 +230,48 @@ class LLMEngine:
     # ---- postprocess ------------------------------------------------------------------------------
     def _postprocess(self, scheduled: SchedulerOutput, logits: StepLogits | None) -> list[RequestOutput]:
         now = time.time()
-        touched: dict[str, Request] = {}
         for seq in scheduled.seqs:
-            request = self._requests[seq.request_id]
+            request = self._requests[seq.request_id]  # isolation already dropped failed requests' seqs
             if request.metrics.first_scheduled_time is None:
                 request.metrics.first_scheduled_time = scheduled.created_at
                 request.metrics.num_cached_tokens = seq.num_cached_tokens
                 self.metrics.observe("queue_time", scheduled.created_at - request.metrics.arrival_time)
         done = self.scheduler.update_computed(scheduled)
+        touched: dict[str, Request] = {}
         if logits is not None:
             self._collect_prompt_logprobs(scheduled, logits)
             rows = [i for i, finished_chunk in enumerate(done) if finished_chunk]
             if rows:
-                seqs = [scheduled.seqs[i] for i in rows]
                 last = logits.last if len(rows) == len(done) else logits.last[rows]
-                result = self.sampler(last, seqs)
-                for seq, token_id, lps in zip(seqs, result.token_ids, result.logprobs, strict=True):
-                    request = self._requests[seq.request_id]
-                    self._append_token(request, seq, token_id, lps, now)
-                    touched[request.request_id] = request
+                touched = self._sample([scheduled.seqs[i] for i in rows], last, now)
         outputs, self._pending = self._pending, []
         for request in touched.values():
-            outputs.append(self._finalize(request, now) if request.finished else request.make_output())
+            if request.request_id not in self._requests:
+                continue  # failed while its output was being made
+            try:
+                outputs.append(self._finalize(request, now) if request.finished else request.make_output())
+            except Exception as exc:
+                self.fail_request(request.request_id, exc)
         return outputs
+
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor, now: float) -> dict[str, Request]:
+        """Sample one token for each of seqs and append it; returns the requests that got tokens."""
+        try:
+            result = self.sampler(logits, seqs)
+        except Exception:
+            seqs, result = sample_isolating(self.sampler, logits, seqs, self.fail_request)
+        touched: dict[str, Request] = {}
+        for seq, token_id, lps in zip(seqs, result.token_ids, result.logprobs, strict=True):
+            request = self._requests.get(seq.request_id)
+            if request is None:  # failed earlier in this step
+                continue
+            try:
+                self._append_token(request, seq, token_id, lps, now)
+            except Exception as exc:  # detokenizing or a stop check: this request alone
+                self.fail_request(request.request_id, exc)
+                continue
+            touched[request.request_id] = request
+        return touched
 
     def _append_token(
         self,
@@ -251,24 +306,19 @@ class LLMEngine:
 
     def _collect_prompt_logprobs(self, scheduled: SchedulerOutput, logits: StepLogits) -> None:
         for i, (seq, chunk) in enumerate(zip(scheduled.seqs, scheduled.chunks, strict=True)):
-            request = self._requests[seq.request_id]
-            collected = request.prompt_logprobs
-            if not chunk.return_all_logits or collected is None or seq.index != 0:
+            request = self._requests.get(seq.request_id)
+            if request is None or not chunk.return_all_logits or i not in logits.all_positions:
                 continue
-            # Recomputation after preemption revisits positions we already have; skip those.
-            if len(collected) != chunk.start + 1 or i not in logits.all_positions:
-                continue
-            k = request.params.prompt_logprobs or 0
-            collected.extend(
-                self._logprobs.prompt(
-                    logits.all_positions[i], seq.token_ids, chunk.start, seq.num_prompt_tokens, k
-                )
-            )
+            try:
+                self._logprobs.collect_prompt(request, seq, chunk, logits.all_positions[i])
+            except Exception as exc:
+                self.fail_request(request.request_id, exc)
 
     def _finalize(self, request: Request, now: float) -> RequestOutput:
         request.metrics.finished_time = now
         self.metrics.observe("e2e_latency", now - request.metrics.arrival_time)
+        output = request.make_output()  # first: should it raise, the request is still there to fail
         for seq in request.seqs.values():
             self.metrics.on_finished(seq.status.finish_reason or "abort")
         self._requests.pop(request.request_id, None)
-        return request.make_output()
+        return output

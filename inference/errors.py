@@ -15,6 +15,17 @@ class QueueFullError(EngineError):
     """The waiting queue is at max_queue_len (HTTP 503)."""
 
 
+class RequestFailedError(EngineError):
+    """The engine failed while running this one request; it alone ended, the others go on (HTTP 500).
+
+    The message is generic on purpose: the cause is logged with the request id, not shown to clients.
+    """
+
+
+class EngineBrokenError(EngineError):
+    """Steps keep failing whatever runs in them: the engine itself is broken and must be restarted."""
+
+
 class EngineDeadError(EngineError):
     """The engine thread crashed or was shut down; pending and new requests fail (HTTP 503)."""
 

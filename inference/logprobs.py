@@ -7,7 +7,10 @@ from typing import Any
 import torch
 
 from inference.detokenizer import decode_token
+from inference.model_io import ScheduledChunk
 from inference.outputs import Logprob, TokenLogprobs
+from inference.request import Request
+from inference.sequence import Sequence
 
 
 class LogprobBuilder:
@@ -34,3 +37,14 @@ class LogprobBuilder:
         top_vals, top_ids = logprobs.topk(k, dim=-1) if k else (logprobs[:, :0], logprobs[:, :0].long())
         rows = zip(targets.tolist(), chosen, top_ids.tolist(), top_vals.tolist(), strict=True)
         return [self.sampled(t, c, list(zip(ids, vals, strict=True))) for t, c, ids, vals in rows]
+
+    def collect_prompt(
+        self, request: Request, seq: Sequence, chunk: ScheduledChunk, logits: torch.Tensor
+    ) -> None:
+        """Extend request's prompt logprobs from a prefill chunk's logits (one row per position)."""
+        collected = request.prompt_logprobs
+        # Only the first sequence carries them; recomputation after preemption revisits positions we have.
+        if collected is None or seq.index != 0 or len(collected) != chunk.start + 1:
+            return
+        k = request.params.prompt_logprobs or 0
+        collected.extend(self.prompt(logits, seq.token_ids, chunk.start, seq.num_prompt_tokens, k))

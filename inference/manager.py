@@ -1,9 +1,17 @@
-"""ModelManager: several models in one process, a memory budget with LRU eviction, idle keep-alive."""
+"""ModelManager: several models in one process, a memory budget with LRU eviction, idle keep-alive.
+
+It also supervises: an engine whose thread dies is dropped at once (its model reads "restarting") and
+loaded again after a back-off that doubles with each death; past `max_restarts` deaths within
+`restart_window_s` the model stays "failed" until someone loads it again.
+
+Over 300 lines: registry, loading, eviction and supervision all change the same entries under one lock.
+"""
 
 from __future__ import annotations
 
 import builtins
 import gc
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +24,9 @@ from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
 from inference.errors import EngineDeadError, InsufficientMemoryError, NoModelLoadedError, UnknownModelError
 
-ModelState = Literal["available", "loading", "loaded", "unloading", "failed"]
+ModelState = Literal["available", "loading", "loaded", "unloading", "restarting", "failed"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -33,6 +43,7 @@ class ModelInfo:
     memory_bytes: int | None = None
     kv_capacity_tokens: int | None = None
     requests_served: int = 0
+    restarts: int = 0  # automatic restarts after the engine died
     last_used: float | None = None
     keep_alive_seconds: float | None = None
     is_default: bool = False
@@ -45,6 +56,7 @@ class _Entry:
     engine: AsyncEngine | None = None
     served_before: int = 0  # requests served by earlier loads of this model
     load_lock: threading.Lock = field(default_factory=threading.Lock)
+    deaths: list[float] = field(default_factory=list)  # monotonic times, within the restart window
 
 
 class ModelManager:
@@ -56,9 +68,17 @@ class ModelManager:
         memory_budget_bytes: int | None = None,
         evict_lru: bool = True,
         engine_factory: Callable[[EngineConfig], AsyncEngine] | None = None,
+        max_restarts: int = 3,
+        restart_window_s: float = 600.0,
+        restart_backoff_s: float = 1.0,
     ) -> None:
         if memory_budget_bytes is not None and memory_budget_bytes <= 0:
             raise ValueError(f"memory_budget_bytes must be > 0, got {memory_budget_bytes}")
+        if max_restarts < 0 or restart_window_s <= 0 or restart_backoff_s < 0:
+            raise ValueError("max_restarts and restart_backoff_s must be >= 0, restart_window_s > 0")
+        self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
+        self.restart_backoff_s = restart_backoff_s
         self.memory_budget_bytes = memory_budget_bytes
         self.evict_lru = evict_lru
         self._factory = engine_factory or AsyncEngine.start
@@ -202,13 +222,68 @@ class ModelManager:
                 last_used=time.time(),
                 **engine.model_details,
             )
+        engine.set_on_death(lambda dead: self._on_engine_death(entry, dead))
         return engine
+
+    # ---- supervision ------------------------------------------------------------------------------
+    def _on_engine_death(self, entry: _Entry, engine: AsyncEngine) -> None:
+        """On the dying engine's thread: drop it now, restart it from another thread after a back-off."""
+        error = engine.health().error or "the engine stopped"
+        with self._lock:
+            if entry.engine is not engine:  # unloaded or replaced meanwhile
+                return
+            entry.engine = None
+            entry.served_before += engine.stats().requests_total
+            delay = self._count_death(entry, f"the engine died ({error})")
+        logger.error("Engine for %s died: %s", entry.info.name, error)
+        threading.Thread(
+            target=self._restart, args=(entry, engine, delay), name=f"mooncake-restart-{entry.info.name}"
+        ).start()
+
+    def _count_death(self, entry: _Entry, error: str) -> float | None:
+        """With self._lock held: record a death; the back-off before the next try, or None to give up."""
+        now = time.monotonic()
+        entry.deaths = [t for t in entry.deaths if now - t < self.restart_window_s] + [now]
+        if len(entry.deaths) > self.max_restarts:
+            entry.info.state = "failed"
+            entry.info.error = (
+                f"{error}; {len(entry.deaths)} failures within {self.restart_window_s:.0f} s, "
+                "so it is not restarted again automatically"
+            )
+            return None
+        entry.info.state, entry.info.error = "restarting", f"{error}; restarting"
+        return self.restart_backoff_s * 2 ** (len(entry.deaths) - 1)
+
+    def _restart(self, entry: _Entry, dead: AsyncEngine, delay: float | None) -> None:
+        dead.shutdown()  # joins its (finished) thread; nothing else holds it
+        del dead
+        gc.collect()
+        free_torch_memory()
+        while delay is not None:
+            time.sleep(delay)
+            with entry.load_lock:
+                with self._lock:
+                    if entry.info.state != "restarting" or entry.engine is not None:
+                        return  # unloaded, reconfigured or loaded by someone else meanwhile
+                try:
+                    self._load_locked(entry)
+                except Exception as exc:
+                    with self._lock:
+                        delay = self._count_death(entry, f"restarting failed ({type(exc).__name__}: {exc})")
+                    logger.exception("Restarting %s failed", entry.info.name)
+                    continue
+                with self._lock:
+                    entry.info.restarts += 1
+                logger.info("Restarted the engine for %s", entry.info.name)
+                return
 
     def unload(self, name: str, *, drain_timeout: float = 0.0) -> None:
         entry = self._entries[self.resolve(name)]
         with self._lock:
             engine, entry.engine = entry.engine, None
             if engine is None:
+                if entry.info.state == "restarting":  # an unload cancels the pending restart
+                    entry.info.state, entry.info.error = "available", None
                 return
             entry.info.state = "unloading"
             entry.served_before += engine.stats().requests_total

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from inference.attention import BatchLayout, select_backend
+from inference.config import EngineConfig
 from inference.cuda_graphs import DecodeGraphs, GraphableBackend
 from inference.device import cpu_thread_count
 from inference.kv_cache import (
@@ -27,6 +28,20 @@ logger = logging.getLogger(__name__)
 
 
 class ModelRunner:
+    @classmethod
+    def from_config(cls, loaded: LoadedModel, config: EngineConfig) -> ModelRunner:
+        return cls(
+            loaded,
+            block_size=config.block_size,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=config.max_model_len,
+            kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            attention_backend=config.attention_backend,
+            enforce_eager=config.enforce_eager,
+        )
+
     def __init__(
         self,
         loaded: LoadedModel,

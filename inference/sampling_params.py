@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,6 +13,15 @@ LogitsProcessor = Callable[[list[int], torch.Tensor], torch.Tensor]
 
 MAX_LOGPROBS = 20
 MAX_N = 128
+# Every number must fit the engine's tensors (int64 ids and counts, float32 logits), so each parameter
+# has a finite range; past it a request is refused here instead of failing inside a batched step.
+MAX_INT32 = 2**31 - 1
+MAX_TEMPERATURE = 100.0
+MIN_REPETITION_PENALTY = 0.01
+MAX_REPETITION_PENALTY = 100.0
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
+MAX_STOP_TOKEN_IDS = 1024
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 _GREEDY_EPS = 1e-5
 
 
@@ -46,40 +56,43 @@ class SamplingParams:
         self._check_lengths()
 
     def _check_ranges(self) -> None:
-        if not 1 <= self.n <= MAX_N:
-            raise ValueError(f"n must be in [1, {MAX_N}], got {self.n}")
-        if self.temperature < 0.0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
+        _check_int("n", self.n, 1, MAX_N)
+        _check_float("temperature", self.temperature, 0.0, MAX_TEMPERATURE)
+        _check_float("top_p", self.top_p, 0.0, 1.0)
+        if self.top_p <= 0.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < -1:
-            raise ValueError(f"top_k must be -1 or 0 (off) or >= 1, got {self.top_k}")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if not -2.0 <= getattr(self, name) <= 2.0:
-                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
-        if self.repetition_penalty <= 0.0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        for token_id, bias in (self.logit_bias or {}).items():
-            if int(token_id) < 0 or not -100.0 <= bias <= 100.0:
-                raise ValueError(f"logit_bias entries need token id >= 0 and bias in [-100, 100]: {token_id}")
+        _check_int("top_k", self.top_k, -1, MAX_INT32)  # -1 and 0 mean off
+        _check_float("min_p", self.min_p, 0.0, 1.0)
+        _check_float("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        _check_float("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        _check_float(
+            "repetition_penalty", self.repetition_penalty, MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY
+        )
+        bias = self.logit_bias or {}
+        if len(bias) > MAX_LOGIT_BIAS:
+            raise ValueError(f"logit_bias has {len(bias)} entries; at most {MAX_LOGIT_BIAS} are allowed")
+        for token_id, value in bias.items():
+            _check_int("logit_bias token id", token_id, 0, MAX_INT32)
+            _check_float(f"logit_bias[{token_id}]", value, -100.0, 100.0)
+        if self.seed is not None:
+            _check_int("seed", self.seed, *SEED_RANGE)
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
-            if value is not None and not 0 <= value <= MAX_LOGPROBS:
-                raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}], got {value}")
+            if value is not None:
+                _check_int(name, value, 0, MAX_LOGPROBS)
 
     def _check_lengths(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.min_tokens < 0:
-            raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
+        if self.max_tokens is not None:
+            _check_int("max_tokens", self.max_tokens, 1, MAX_INT32)
+        _check_int("min_tokens", self.min_tokens, 0, MAX_INT32)
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
-        if any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
-        if any(t < 0 for t in self.stop_token_ids):
-            raise ValueError("stop_token_ids must be >= 0")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty strings")
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids are allowed")
+        for token_id in self.stop_token_ids:
+            _check_int("stop_token_ids entry", token_id, 0, MAX_INT32)
 
     @property
     def is_greedy(self) -> bool:
@@ -93,3 +106,18 @@ class SamplingParams:
     def effective_top_k(self) -> int:
         """0 means off, whichever of the two spellings the caller used."""
         return max(self.top_k, 0)
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    # bool is an int subclass, and a float such as 1e30 is not an integer at all.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+
+
+def _check_float(name: str, value: object, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be a finite number in [{low}, {high}], got {value}")

@@ -5,7 +5,14 @@ import time
 
 import pytest
 
-from inference import AsyncEngine, EngineDeadError, PromptTooLongError, QueueFullError, SamplingParams
+from inference import (
+    AsyncEngine,
+    EngineDeadError,
+    PromptTooLongError,
+    QueueFullError,
+    RequestFailedError,
+    SamplingParams,
+)
 from tests.inference.fakes import ByteTokenizer, fake_engine, reference_greedy
 
 TOK = ByteTokenizer()
@@ -98,16 +105,68 @@ async def test_errors_before_the_first_output():
     engine.shutdown()
 
 
-async def test_a_crashing_step_marks_dead_and_fails_pending_requests():
+async def test_a_failing_step_ends_its_request_alone_and_the_engine_keeps_serving():
     engine = AsyncEngine(fake_engine())
     engine.engine.runner.fail_with = RuntimeError("CUDA exploded")
-    with pytest.raises(EngineDeadError, match="CUDA exploded"):
+    with pytest.raises(RequestFailedError) as failed:
         async for _ in engine.generate([1, 2, 3], LONG):
             pass
-    assert engine.health().state == "dead" and "CUDA exploded" in (engine.health().error or "")
+    assert "CUDA exploded" not in str(failed.value)  # the cause is logged, not shown to callers
+    assert engine.health().state == "ready"
+    engine.engine.runner.fail_with = None
+    outs = [o async for o in engine.generate([1, 2, 3], SamplingParams(temperature=0, max_tokens=4))]
+    assert outs[-1].outputs[0].token_ids == reference_greedy([1, 2, 3], 4)
+    assert engine.stats().num_running == engine.stats().num_waiting == 0
+    engine.shutdown()
+
+
+async def test_a_broken_engine_marks_dead_fails_every_stream_and_calls_back():
+    # Each request runs alone but no batch runs: no request is at fault, the engine is.
+    engine = AsyncEngine(fake_engine(max_model_len=200))
+    runner = engine.engine.runner
+    execute = runner.execute
+
+    def batch_fails(chunks):
+        if len(chunks) > 1:
+            raise RuntimeError("batched kernel broke")
+        return execute(chunks)
+
+    runner.execute = batch_fails
+    died = []
+    engine.set_on_death(died.append)
+
+    async def consume(i):
+        async for _ in engine.generate([1, 2, i], LONG):
+            pass
+
+    results = await asyncio.gather(*(consume(i) for i in range(3)), return_exceptions=True)
+    assert all(isinstance(r, EngineDeadError) for r in results), results
+    assert engine.health().state == "dead" and "EngineBrokenError" in (engine.health().error or "")
+    assert died == [engine]
+    late = []
+    engine.set_on_death(late.append)  # registering on a dead engine calls back at once
+    assert late == [engine]
     with pytest.raises(EngineDeadError):
         await anext(engine.generate([1, 2, 3], LONG))
     engine.shutdown()
+
+
+async def test_an_add_that_raises_fails_that_request_only(engine):
+    add_request = engine.engine.add_request
+
+    def add_or_explode(request_id, *args, **kwargs):
+        if request_id == "bad":
+            raise RuntimeError("tokenizer state broke")
+        return add_request(request_id, *args, **kwargs)
+
+    engine.engine.add_request = add_or_explode
+    healthy = engine.generate([1, 2], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    await anext(healthy)
+    with pytest.raises(RequestFailedError):
+        await anext(engine.generate([5, 6], LONG, request_id="bad"))
+    rest = [o async for o in healthy]
+    assert rest[-1].outputs[0].token_ids == reference_greedy([1, 2], 3)
+    assert engine.health().state == "ready"
 
 
 async def test_shutdown_drains_then_aborts_leftovers():

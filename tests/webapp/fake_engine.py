@@ -255,8 +255,9 @@ class FakeModelInfo:
     name: str
     aliases: list[str] = field(default_factory=list)
     source: str = "fake"
-    state: str = "available"  # available|loading|loaded|unloading|failed
+    state: str = "available"  # available|loading|loaded|unloading|restarting|failed
     error: str | None = None
+    restarts: int = 0
     architecture: str = "FakeForCausalLM"
     num_params: int = 1_000
     dtype: str = "float32"

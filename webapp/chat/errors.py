@@ -28,6 +28,7 @@ def from_engine(exc: BaseException, *, model: str, loading: bool = False) -> Cha
         NoModelLoadedError,
         PromptTooLongError,
         QueueFullError,
+        RequestFailedError,
         UnknownModelError,
     )
 
@@ -42,7 +43,11 @@ def from_engine(exc: BaseException, *, model: str, loading: bool = False) -> Cha
     if isinstance(exc, QueueFullError):
         return ChatError("busy", "The server is busy. Try again in a moment.")
     if isinstance(exc, EngineDeadError):
-        return ChatError("engine_dead", "The model stopped working. An administrator must restart it.")
+        return ChatError(
+            "engine_dead", "The model stopped unexpectedly and is restarting. Try again shortly."
+        )
+    if isinstance(exc, RequestFailedError):
+        return ChatError("engine_error", f"The model could not finish this reply. {exc}")
     return ChatError("engine_error", f"The model failed: {exc}")
 
 

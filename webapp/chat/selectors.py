@@ -122,6 +122,8 @@ def default_model_name() -> str:
 
 
 def model_is_loading(model: str) -> bool:
-    """Whether `model` ("" = the default) is being loaded right now."""
+    """Whether `model` ("" = the default) is being loaded, or restarted after a crash, right now."""
     name = model or default_model_name()
-    return any(choice.state == "loading" and choice.name == name for choice in available_models())
+    return any(
+        choice.state in ("loading", "restarting") and choice.name == name for choice in available_models()
+    )

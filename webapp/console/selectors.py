@@ -25,7 +25,7 @@ class ModelRow:
 
     @property
     def busy(self) -> bool:
-        return self.job is not None or self.info.state in ("loading", "unloading")
+        return self.job is not None or self.info.state in ("loading", "unloading", "restarting")
 
 
 def model_rows() -> list[ModelRow]:

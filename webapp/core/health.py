@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Readiness:
     ready: bool
-    status: str  # ok | no_engine | no_model | loading | failed | dead
+    status: str  # ok | no_engine | no_model | loading | restarting | failed | dead
     reason: str | None = None
     model: str | None = None
     models: list[dict[str, Any]] = field(default_factory=list)
@@ -44,9 +44,12 @@ def default_engine_readiness() -> Readiness:
         state = next((m for m in models if m["name"] == default), None)
         if state is not None and state["state"] == "loading":
             return Readiness(False, "loading", f"Model {default} is loading.", default, models)
+        if state is not None and state["state"] == "restarting":
+            reason = f"Model {default} stopped unexpectedly and is restarting."
+            return Readiness(False, "restarting", reason, default, models)
         if state is not None and state["state"] == "failed":
             return Readiness(
-                False, "failed", f"Model {default} failed to load: {state['error']}", default, models
+                False, "failed", f"Model {default} failed: {state['error']}", default, models
             )
         return Readiness(False, "no_model", str(exc) or "No model is loaded.", default, models)
     health = engine.health()

@@ -102,6 +102,23 @@ class EngineCollector(Collector):
                 family.add_metric(labels, buckets, hist.sum)
         yield from (running, waiting, kv_usage, kv_capacity, prompt_tokens, generation_tokens, preemptions)
         yield from (prefix_queries, prefix_hits, success, *histograms.values())
+        yield from _model_states()
+
+
+def _model_states() -> Iterator[Metric]:
+    """Every registered model's state (1 for the current one) and its automatic restarts after crashes."""
+    state = GaugeMetricFamily(
+        f"{PREFIX}model_state", "1 for the model's current state.", labels=[*_LABELS, "state"]
+    )
+    restarts = CounterMetricFamily(
+        f"{PREFIX}engine_restarts", "Automatic engine restarts after a crash.", labels=_LABELS
+    )
+    manager = peek_manager()
+    for info in manager.list() if manager is not None else []:
+        state.add_metric([info.name, str(info.state)], 1)
+        restarts.add_metric([info.name], int(info.restarts))
+    yield state
+    yield restarts
 
 
 _registered: EngineCollector | None = None
