@@ -3,8 +3,8 @@
 Decoding token by token breaks multibyte characters split across tokens and BPE merges that change
 spacing. Like vLLM, we decode a short window twice: [prefix_offset, read_offset) and
 [prefix_offset, end); the difference is the new text, and it is only taken once it no longer ends in
-U+FFFD (an incomplete UTF-8 sequence). Stop strings are searched in the full text; any tail that could
-still become a stop string is held back, so no part of a stop string is ever emitted.
+U+FFFD (an incomplete UTF-8 sequence). Stop strings are matched as the text grows (inference.stop_strings);
+any tail that could still become a stop string is held back, so no part of a stop string is ever emitted.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from transformers import PreTrainedTokenizerFast
+
+from inference.stop_strings import StopScanner
 
 _REPLACEMENT = "\ufffd"
 _PREFIX_WINDOW = 5  # prompt tokens decoded as context so the first output token spaces correctly
@@ -23,8 +25,7 @@ class IncrementalDetokenizer:
         self, tokenizer: Any, prompt_token_ids: list[int], *, skip_special_tokens: bool, stop: list[str]
     ) -> None:
         self._decode = _decoder(tokenizer, skip_special_tokens)
-        self._stop = stop
-        self._max_stop_len = max((len(s) for s in stop), default=0)
+        self._stops = StopScanner(stop) if stop else None
         self._ids = list(prompt_token_ids[-_PREFIX_WINDOW:])
         self._prefix_offset = 0
         self._read_offset = len(self._ids)
@@ -41,19 +42,13 @@ class IncrementalDetokenizer:
         start = len(self.text)
         self.text += full[len(prefix) :]
         self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
-        if not self._stop or not check_stop:
+        if self._stops is None:
             return None
-        # A stop string may straddle the previous text, so look back by its length.
-        window_start = max(0, start - self._max_stop_len + 1)
-        best: tuple[int, str] | None = None
-        for stop in self._stop:
-            at = self.text.find(stop, window_start)
-            if at != -1 and (best is None or at < best[0]):
-                best = (at, stop)
-        if best is None:
+        match = self._stops.feed(self.text[start:], start, report=check_stop)
+        if match is None:
             return None
-        self.text = self.text[: best[0]]
-        return best[1]
+        self.text = self.text[: match[0]]
+        return match[1]
 
     def take_delta(self, *, finished: bool) -> str:
         """Text not handed out yet; while running, hold back a tail that may start a stop string."""
@@ -69,11 +64,7 @@ class IncrementalDetokenizer:
         return self.text[: self._emitted]
 
     def _held_back(self) -> int:
-        for size in range(min(self._max_stop_len - 1, len(self.text)), 0, -1):
-            tail = self.text[-size:]
-            if any(stop.startswith(tail) for stop in self._stop):
-                return size
-        return 0
+        return min(self._stops.held_back(), len(self.text)) if self._stops is not None else 0
 
 
 def _decoder(tokenizer: Any, skip_special_tokens: bool) -> Callable[[list[int]], str]:

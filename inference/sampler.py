@@ -48,11 +48,13 @@ class Sampler:
             params = seq.params
             for processor in params.logits_processors:
                 logits[row] = processor(seq.token_ids, logits[row])
-            if params.logit_bias:
-                ids = torch.tensor([int(t) for t in params.logit_bias], dtype=torch.long)
-                vals = torch.tensor(list(params.logit_bias.values()), dtype=logits.dtype)
+            bias = params.logit_bias_tensors()
+            if bias is not None:
+                ids, vals = bias
                 valid = ids < logits.shape[1]
-                logits[row].index_add_(0, ids[valid].to(logits.device), vals[valid].to(logits.device))
+                logits[row].index_add_(
+                    0, ids[valid].to(logits.device), vals[valid].to(logits.device, logits.dtype)
+                )
             if seq.num_output_tokens < params.min_tokens:
                 banned = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_token_ids)
                 banned_ids = [t for t in banned if t < logits.shape[1]]

@@ -21,6 +21,8 @@ MIN_REPETITION_PENALTY = 0.01
 MAX_REPETITION_PENALTY = 100.0
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
 MAX_STOP_TOKEN_IDS = 1024
+MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_CHARS = 1024
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 _GREEDY_EPS = 1e-5
 
@@ -46,6 +48,10 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     logits_processors: list[LogitsProcessor] = field(default_factory=list)
+    # logit_bias as (ids, values) tensors, built on first use and shared by the request's sequences.
+    _bias_tensors: tuple[torch.Tensor, torch.Tensor] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):  # OpenAI accepts a bare string
@@ -87,12 +93,25 @@ class SamplingParams:
         _check_int("min_tokens", self.min_tokens, 0, MAX_INT32)
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(self.stop)}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop strings must be non-empty strings")
+        if any(len(s) > MAX_STOP_STRING_CHARS for s in self.stop):
+            raise ValueError(f"each stop string may have at most {MAX_STOP_STRING_CHARS} characters")
         if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
             raise ValueError(f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids are allowed")
         for token_id in self.stop_token_ids:
             _check_int("stop_token_ids entry", token_id, 0, MAX_INT32)
+
+    def logit_bias_tensors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """logit_bias as (token ids, biases) on the CPU; built once, not on every step."""
+        if not self.logit_bias:
+            return None
+        if self._bias_tensors is None:
+            ids = torch.tensor(list(self.logit_bias), dtype=torch.long)
+            self._bias_tensors = (ids, torch.tensor(list(self.logit_bias.values()), dtype=torch.float32))
+        return self._bias_tensors
 
     @property
     def is_greedy(self) -> bool:

@@ -91,3 +91,23 @@ def test_values_past_the_edges_are_refused(name, value):
 def test_min_tokens_may_not_exceed_max_tokens():
     with pytest.raises(ValueError, match="min_tokens"):
         SamplingParams(min_tokens=5, max_tokens=4)
+
+
+def test_stop_strings_are_capped_in_number_and_length():
+    from inference.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS
+
+    SamplingParams(stop=["x" * MAX_STOP_STRING_CHARS] * MAX_STOP_STRINGS)
+    with pytest.raises(ValueError, match="at most"):
+        SamplingParams(stop=["x" * (MAX_STOP_STRING_CHARS + 1)])
+    with pytest.raises(ValueError, match="at most"):
+        SamplingParams(stop=["x" * 500_000])
+    with pytest.raises(ValueError, match="at most"):
+        SamplingParams(stop=[str(i) for i in range(MAX_STOP_STRINGS + 1)])
+
+
+def test_logit_bias_tensors_are_built_once_per_request():
+    params = SamplingParams(logit_bias={3: 5.0, 7: -100.0})
+    ids, values = params.logit_bias_tensors()
+    assert ids.tolist() == [3, 7] and values.tolist() == [5.0, -100.0]
+    assert params.logit_bias_tensors()[0] is ids
+    assert SamplingParams().logit_bias_tensors() is None
