@@ -12,6 +12,7 @@ from webapp.core.forms import FirstAdminForm
 from webapp.core.health import default_engine_readiness
 from webapp.core.selectors import users_exist
 from webapp.core.services import SetupAlreadyDoneError, first_admin_create
+from webapp.core.setup_access import log_setup_link, setup_allowed
 from webapp.core.version import app_version
 
 
@@ -32,6 +33,10 @@ async def version(request: HttpRequest) -> JsonResponse:
 def setup(request: HttpRequest) -> HttpResponse:
     if users_exist():
         raise Http404("Setup is done.")
+    token = str(request.POST.get("token") or request.GET.get("token") or "")
+    if not setup_allowed(request, token):
+        log_setup_link()  # the operator finds the link in the log; the visitor learns nothing
+        return render(request, "core/setup_token.html", {"wrong_token": bool(token)}, status=403)
     form = FirstAdminForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -44,4 +49,4 @@ def setup(request: HttpRequest) -> HttpResponse:
             raise Http404("Setup is done.") from exc
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         return redirect("/")
-    return render(request, "core/setup.html", {"form": form})
+    return render(request, "core/setup.html", {"form": form, "token": token})
