@@ -10,7 +10,7 @@ def create_the_lock_row(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
     initial = True
 
-    dependencies: list[tuple[str, str]] = []
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
