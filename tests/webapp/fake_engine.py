@@ -152,6 +152,10 @@ class FakeEngine:
     def health(self) -> EngineHealth:
         return EngineHealth(self.state, self.error)
 
+    def set_on_death(self, callback: Any) -> None:
+        """The manager supervises engines; this scripted one never dies by itself."""
+        self.on_death = callback
+
     def stats(self) -> EngineStats:
         self._stats.num_running = len(self.running)
         return self._stats

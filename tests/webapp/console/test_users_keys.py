@@ -41,14 +41,22 @@ def complete(secret: str) -> Any:
 
 def create_key(client: Client, user: User) -> str:
     response = client.post(reverse("console:key-create", args=[user.pk]), {"name": "ci"})
-    assert response.status_code == 302
-    page = client.get(reverse("console:user", args=[user.pk])).content.decode()
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    page = response.content.decode()
     secret = page.split('<pre id="new-secret">', 1)[1].split("</pre>", 1)[0]
     assert secret.startswith("mc-")
-    # Shown once: the next visit no longer has it, and the database only has its hash.
+    # Shown once: the next visit no longer has it, and nothing stored has it in clear.
     assert secret not in client.get(reverse("console:user", args=[user.pk])).content.decode()
     assert not ApiKey.objects.filter(secret_hash=secret).exists()
+    assert_not_stored(secret)
     return secret
+
+
+def assert_not_stored(secret: str) -> None:
+    """No session row (the database backend keeps them encoded, not encrypted) holds the secret."""
+    from django.contrib.sessions.models import Session
+
+    assert all(secret not in str(row.get_decoded()) for row in Session.objects.all())
 
 
 def test_create_user_and_manage_them(staff_client: Client, staff: User) -> None:
@@ -63,11 +71,13 @@ def test_create_user_and_manage_them(staff_client: Client, staff: User) -> None:
     user.refresh_from_db()
     assert user.is_staff and not user.is_active
 
-    staff_client.post(reverse("console:user-password", args=[user.pk]))
-    page = staff_client.get(reverse("console:user", args=[user.pk])).content.decode()
-    password = page.split('<pre id="new-password">', 1)[1].split("</pre>", 1)[0]
+    reset = staff_client.post(reverse("console:user-password", args=[user.pk]))
+    assert reset.status_code == 200 and "no-store" in reset["Cache-Control"]
+    password = reset.content.decode().split('<pre id="new-password">', 1)[1].split("</pre>", 1)[0]
     user.refresh_from_db()
     assert user.check_password(password)
+    assert_not_stored(password)
+    assert password not in staff_client.get(reverse("console:user", args=[user.pk])).content.decode()
     actions = list(AuditLog.objects.order_by("id").values_list("action", flat=True))
     assert actions == ["user.create", "user.staff", "user.active", "user.reset_password"]
     staff_entry = AuditLog.objects.get(action="user.staff")

@@ -13,6 +13,7 @@ from webapp.accounts.services import api_key_create, api_key_revoke, api_key_set
 from webapp.console.audit import audit_record
 from webapp.console.forms import KeyCreateForm, LimitsForm
 from webapp.console.views.access import staff_required
+from webapp.console.views.users import render_user_page
 
 
 @staff_required
@@ -22,13 +23,12 @@ def key_create(request: HttpRequest, pk: int) -> HttpResponse:
     form = KeyCreateForm(request.POST)
     name = form.cleaned_data["name"] if form.is_valid() else ""
     created = api_key_create(user=user, name=name)
-    # Through the session so a reload does not show it again: the secret is never stored in clear.
-    request.session["console_new_secret"] = created.secret
     audit_record(
         actor=request.user, action="key.create", target=f"{user.username}:{created.api_key.prefix}",
         after={"name": name},
     )  # fmt: skip
-    return redirect("console:user", pk=pk)
+    # Shown in this response only: the secret is kept nowhere in clear, the session included.
+    return render_user_page(request, user, new_secret=created.secret)
 
 
 @staff_required

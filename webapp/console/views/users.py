@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import patch_cache_control
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.accounts.selectors import api_key_list, usage_daily_for_key, usage_daily_for_user
@@ -51,7 +52,13 @@ def users_page(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_GET
 def user_page(request: HttpRequest, pk: int) -> HttpResponse:
-    user = get_object_or_404(User, pk=pk)
+    return render_user_page(request, get_object_or_404(User, pk=pk))
+
+
+def render_user_page(
+    request: HttpRequest, user: User, *, new_secret: str | None = None, new_password: str | None = None
+) -> HttpResponse:
+    """The user's page; a new secret is shown in this one response and kept nowhere, not even the session."""
     limits = getattr(user, "api_limits", None)
     keys = list(api_key_list(user=user))
     context = {
@@ -63,10 +70,13 @@ def user_page(request: HttpRequest, pk: int) -> HttpResponse:
         "limits_form": LimitsForm(initial=_limits(limits) if limits else None),
         "key_form": KeyCreateForm(),
         "usage": usage_daily_for_user(user=user)[:14],
-        "new_secret": request.session.pop("console_new_secret", None),
-        "new_password": request.session.pop("console_new_password", None),
+        "new_secret": new_secret,
+        "new_password": new_password,
     }
-    return render(request, "console/user.html", context)
+    response = render(request, "console/user.html", context)
+    if new_secret or new_password:
+        patch_cache_control(response, no_store=True, private=True)
+    return response
 
 
 def _limits(obj: object) -> dict[str, int | None]:
@@ -98,9 +108,9 @@ def user_toggle(request: HttpRequest, pk: int, field: str) -> HttpResponse:
 @require_POST
 def user_reset_password(request: HttpRequest, pk: int) -> HttpResponse:
     user = get_object_or_404(User, pk=pk)
-    request.session["console_new_password"] = user_services.user_reset_password(user=user)
+    password = user_services.user_reset_password(user=user)
     audit_record(actor=request.user, action="user.reset_password", target=user.username)
-    return redirect("console:user", pk=pk)
+    return render_user_page(request, user, new_password=password)
 
 
 @staff_required
