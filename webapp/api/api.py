@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
@@ -63,6 +65,18 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         exc.status_code, "server_error" if exc.status_code >= 500 else "invalid_request_error"
     )
     return APIError(exc.status_code, str(exc), type=kind).response()
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    # Raised when ninja reads request.body past DATA_UPLOAD_MAX_MEMORY_SIZE: the client's input, not a 500.
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return APIError(
+        413,
+        f"The request body is larger than this server accepts ({limit} bytes).",
+        type="invalid_request_error",
+        code="request_too_large",
+    ).response()
 
 
 @api.exception_handler(Exception)

@@ -11,9 +11,12 @@ import mimetypes
 from pathlib import Path
 
 import ninja
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.urls import reverse
 from django.utils.html import escape
+
+from webapp.api.errors import route_not_found
 
 ASSETS_DIR = Path(ninja.__file__).resolve().parent / "static" / "ninja"
 ASSETS = frozenset({"swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-init.js", "favicon.png"})
@@ -47,9 +50,9 @@ def docs_page(request: HttpRequest) -> HttpResponse:
     return HttpResponse(html)
 
 
-def docs_asset(request: HttpRequest, name: str) -> FileResponse:
+def docs_asset(request: HttpRequest, name: str) -> HttpResponseBase:
     if name not in ASSETS:
-        raise Http404(name)
+        return route_not_found(str(request.method), request.path)
     content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
     response = FileResponse((ASSETS_DIR / name).open("rb"), content_type=content_type)
     response["Cache-Control"] = "public, max-age=86400"

@@ -66,6 +66,25 @@ def unavailable(message: str, *, code: str, retry_after: int = UNAVAILABLE_RETRY
     return APIError(503, message, type="unavailable_error", code=code, retry_after=retry_after)
 
 
+def method_not_allowed(method: str, path: str, allowed: str) -> HttpResponse:
+    """OpenAI's answer to a method a route does not take, in place of ninja's plain-text 405."""
+    response = APIError(
+        405,
+        f"Invalid method for URL ({method} {path}): this route takes {allowed}.",
+        type="invalid_request_error",
+        code="method_not_allowed",
+    ).response()
+    response["Allow"] = allowed
+    return response
+
+
+def route_not_found(method: str, path: str) -> HttpResponse:
+    """OpenAI's answer to an unknown API path, in place of Django's HTML 404 page."""
+    return APIError(
+        404, f"Invalid URL ({method} {path}).", type="not_found_error", code="unknown_url"
+    ).response()
+
+
 def from_engine_error(exc: Exception) -> APIError:
     """Map the engine's exceptions to HTTP semantics; callers re-raise anything this does not know."""
     if isinstance(exc, UnknownModelError):

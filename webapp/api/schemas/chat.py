@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from webapp.api.schemas.common import MAX_TOP_LOGPROBS, SamplingFields, Usage
+from webapp.api.schemas.common import (
+    MAX_TOP_LOGPROBS,
+    SamplingFields,
+    Text,
+    TokenCount,
+    Usage,
+    well_formed,
+)
 
 
 class TextPart(BaseModel):
@@ -22,8 +29,8 @@ class ImagePart(BaseModel):
 
 
 class FunctionCall(BaseModel):
-    name: str
-    arguments: str
+    name: Text
+    arguments: Text
 
 
 class ToolCall(BaseModel):
@@ -37,9 +44,19 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart | ImagePart] | None = None
-    name: str | None = None
+    name: Text | None = None
     tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
+    tool_call_id: Text | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _content_text(cls, content: str | list[TextPart | ImagePart] | None) -> Any:
+        # Checked here rather than by a Text type inside the union, whose errors would name each member.
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            if isinstance(part, str | TextPart):
+                well_formed(part if isinstance(part, str) else part.text)
+        return content
 
     @model_validator(mode="after")
     def _content_needed(self) -> ChatMessage:
@@ -52,7 +69,7 @@ class ChatMessage(BaseModel):
 
 class FunctionDef(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
-    description: str | None = None
+    description: Text | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
@@ -93,7 +110,7 @@ class ResponseFormat(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: ResponseFormat | None = None

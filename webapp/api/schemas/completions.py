@@ -4,14 +4,32 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from webapp.api.schemas.common import MAX_TOP_LOGPROBS, SamplingFields, Usage
+from webapp.api.schemas.common import (
+    INT32_MAX,
+    MAX_N,
+    MAX_TOP_LOGPROBS,
+    SamplingFields,
+    Usage,
+    well_formed,
+)
 
 # A string, a list of strings, a list of token ids, or a list of token-id lists.
 Prompt = str | list[str] | list[int] | list[list[int]]
 
 DEFAULT_COMPLETION_TOKENS = 16
+# Sequences (prompts x n) one request may ask for. Each prompt is one engine request, and the engine's
+# queue holds 256 by default (max_queue_len): a request past this could never be admitted at once, and
+# a client told "503, retry" would retry forever. Servers with a smaller queue refuse earlier (services).
+MAX_SEQUENCES = 256
+
+
+def prompt_count(prompt: Prompt) -> int:
+    """How many prompts (engine requests) `prompt` holds, without tokenizing anything."""
+    if isinstance(prompt, str) or (prompt and all(isinstance(p, int) for p in prompt)):
+        return 1
+    return len(prompt)
 
 
 class CompletionRequest(SamplingFields):
@@ -19,7 +37,28 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     suffix: str | None = None
-    best_of: int | None = Field(default=None, ge=1)
+    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_values(cls, value: Prompt, info: ValidationInfo) -> Prompt:
+        # n is declared (so validated) before prompt; a bad n has its own error already.
+        sequences = prompt_count(value) * int(info.data.get("n", 1))
+        if sequences > MAX_SEQUENCES:
+            raise ValueError(
+                f"prompts x n is {sequences}, and at most {MAX_SEQUENCES} sequences fit in one request: "
+                "split the prompts across requests"
+            )
+        for item in [value] if isinstance(value, str) else value:
+            if isinstance(item, str):
+                well_formed(item)
+                continue
+            # No vocabulary reaches 2**31 ids; the model's own size is checked once it is known.
+            ids = [item] if isinstance(item, int) else item
+            bad = next((t for t in ids if not 0 <= t <= INT32_MAX), None)
+            if bad is not None:
+                raise ValueError(f"token id {bad} is outside any vocabulary (ids are in [0, {INT32_MAX}])")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> CompletionRequest:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from webapp.api.schemas.chat import ChatMessage
 from webapp.api.schemas.chat import Tool as ChatTool
+from webapp.api.schemas.common import Text, TokenId
 
 
 class ModelCard(BaseModel):
@@ -31,7 +32,7 @@ class TokenizeRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
-    prompt: str | None = None
+    prompt: Text | None = None
     messages: list[ChatMessage] | None = None
     tools: list[ChatTool] | None = None
     add_special_tokens: bool = True
@@ -53,7 +54,7 @@ class TokenizeResponse(BaseModel):
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
-    tokens: list[int] = Field(max_length=1_000_000)
+    tokens: list[TokenId] = Field(max_length=1_000_000)
 
 
 class DetokenizeResponse(BaseModel):

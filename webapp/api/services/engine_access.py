@@ -37,6 +37,16 @@ def vocab_size(engine: Any) -> int:
         return int(tokenizer.vocab_size)
 
 
+def queue_capacity(engine: Any) -> int | None:
+    """Requests the engine's waiting queue can ever hold (AsyncEngine: its config's max_queue_len).
+
+    None when the engine does not say (test doubles): the engine's own admission still applies.
+    """
+    config = getattr(getattr(engine, "engine", None), "config", None)
+    capacity = getattr(config, "max_queue_len", None)
+    return capacity if isinstance(capacity, int) else None
+
+
 def model_name(engine: Any, requested: str | None) -> str:
     """The name to echo in responses: what the client asked for, else the served default's name."""
     if requested:

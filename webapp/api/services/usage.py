@@ -33,6 +33,11 @@ class RequestRecord:
     prompt_text: str = ""
 
 
+def _storable(text: str) -> str:
+    """`text` as the database can store it: a lone surrogate (from a client's JSON) becomes "\\ud800"."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _write(caller: Caller, record: RequestRecord) -> None:
     # The console's row, not this process's settings: an admin's switch reaches every replica.
     log_prompts = log_prompts_enabled()
@@ -41,7 +46,7 @@ def _write(caller: Caller, record: RequestRecord) -> None:
             user_id=caller.user_id,
             api_key_id=caller.api_key_id,
             endpoint=record.endpoint,
-            model=record.model[:200],
+            model=_storable(record.model)[:200],
             stream=record.stream,
             status_code=record.status_code,
             prompt_tokens=record.prompt_tokens,
@@ -49,8 +54,8 @@ def _write(caller: Caller, record: RequestRecord) -> None:
             ttft_s=record.ttft_s,
             duration_s=record.duration_s,
             finish_reason=",".join(sorted(set(record.finish_reasons)))[:32],
-            error=record.error[:2000],
-            prompt_text=record.prompt_text if log_prompts else "",
+            error=_storable(record.error)[:2000],
+            prompt_text=_storable(record.prompt_text) if log_prompts else "",
         )
         usage_record(
             user_id=caller.user_id,
