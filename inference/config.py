@@ -23,6 +23,11 @@ def _positive(name: str, value: int | float) -> None:
         raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
+def _off_or_positive(name: str, value: float | None) -> None:
+    if value is not None and value < 0:
+        raise ValueError(f"{name} must be > 0, or 0 / None for off, got {value!r}")
+
+
 @dataclass(slots=True)
 class ModelConfig:
     source: str
@@ -70,12 +75,15 @@ class SchedulerConfig:
     max_model_len: int = 8192
     enable_chunked_prefill: bool = True
     max_queue_len: int = 256
+    # While streams decode, shrink prefill chunks so a step takes about this long (see scheduler.py).
+    max_step_latency_ms: float | None = 250.0
 
     def __post_init__(self) -> None:
         _positive("max_num_seqs", self.max_num_seqs)
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _positive("max_model_len", self.max_model_len)
         _positive("max_queue_len", self.max_queue_len)
+        _off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
@@ -103,6 +111,9 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     max_queue_len: int = 256
+    # Target for a step that carries decode rows: prefill chunks are sized from measured step cost so
+    # running streams keep a bounded inter-token gap; None or 0 turns it off (full-size chunks).
+    max_step_latency_ms: float | None = 250.0
     attention_backend: str = "auto"
     enforce_eager: bool = False  # CUDA: no decode graphs (slower; for debugging, as in vLLM)
     # "gguf": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
@@ -116,6 +127,7 @@ class EngineConfig:
         _positive("max_num_seqs", self.max_num_seqs)
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _positive("max_queue_len", self.max_queue_len)
+        _off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(
@@ -144,6 +156,7 @@ class EngineConfig:
             max_model_len,
             self.enable_chunked_prefill,
             self.max_queue_len,
+            self.max_step_latency_ms,
         )
 
     @classmethod

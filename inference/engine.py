@@ -188,7 +188,9 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         scheduled = self.scheduler.schedule()
         logits = self._execute(scheduled) if not scheduled.is_empty else None
-        return self._postprocess(scheduled, logits)
+        outputs = self._postprocess(scheduled, logits)
+        self.scheduler.record_step(scheduled, time.perf_counter() - scheduled.started_at)  # sizes chunks
+        return outputs
 
     def _execute(self, scheduled: SchedulerOutput) -> StepLogits | None:
         try:

@@ -5,6 +5,16 @@ never starved by a long prompt; then running prefills continue (chunked), then w
 admitted in (priority, arrival) order while tokens, sequence slots and KV blocks last. When a running
 sequence cannot get a block, the lowest-priority, latest-arrived running sequence is preempted: its
 blocks are freed and it goes back to waiting to be recomputed from its tokens.
+
+Latency budget (`max_step_latency_ms`): a step that carries decode rows lasts as long as its prefill chunk,
+and on a CPU a full max_num_batched_tokens chunk takes seconds, so every running stream would stall that
+long. While any sequence is decoding, prefill therefore gets only the tokens that fit the target, from an
+online estimate of step cost (StepCostModel, fed by the engine through `record_step`):
+
+    prefill tokens = (target - fixed) / per_token, at least _MIN_PREFILL_CHUNK (so prompts progress),
+                     at most max_num_batched_tokens - decode rows.
+
+With no decode running, or before any step has been measured, prefill uses the whole token budget.
 """
 
 from __future__ import annotations
@@ -19,6 +29,51 @@ from inference.config import SchedulerConfig
 from inference.model_io import ScheduledChunk
 from inference.sequence import Sequence, SequenceStatus
 
+# Prefill's floor under the latency budget (tokens; at least one block): even when decode rows alone
+# exceed the target, prompts keep moving. Small, because on CPU a chunk deep in an 8k prompt costs several
+# ms per token (the chunk re-reads its whole context), so 32 tokens there already exceed 250 ms.
+_MIN_PREFILL_CHUNK = 16
+
+
+class StepCostModel:
+    """Online step cost: seconds ~= fixed + per_token * prefill tokens.
+
+    fixed is a moving average over steps without prefill (decode rows, sampling, overhead); per_token is a
+    faster one over prefill steps' (seconds - fixed) / tokens, because the cost of a prompt's tokens grows
+    with its context as chunks progress. A step with fewer than full_weight_tokens prefill tokens moves the
+    estimate proportionally less: the fixed cost's noise, divided by a few tokens, would swamp it.
+    """
+
+    def __init__(self, alpha_fixed: float = 0.2, alpha: float = 0.5, full_weight_tokens: int = 64) -> None:
+        self.alpha_fixed = alpha_fixed
+        self.alpha = alpha
+        self.full_weight_tokens = full_weight_tokens
+        self.fixed_s: float | None = None
+        self.per_token_s: float | None = None
+
+    def observe(self, prefill_tokens: int, seconds: float) -> None:
+        if prefill_tokens == 0:
+            old = self.fixed_s
+            self.fixed_s = seconds if old is None else old + self.alpha_fixed * (seconds - old)
+            return
+        # Until a decode-only step is seen, the whole step counts as prefill: a conservative estimate.
+        sample = max(seconds - (self.fixed_s or 0.0), 0.0) / prefill_tokens
+        if self.per_token_s is None:
+            self.per_token_s = sample
+        else:
+            weight = self.alpha * min(1.0, prefill_tokens / self.full_weight_tokens)
+            self.per_token_s += weight * (sample - self.per_token_s)
+
+    def prefill_budget(self, target_s: float) -> int | None:
+        """Prefill tokens that keep a step near target_s; None when prefill was never measured."""
+        per_token = self.per_token_s
+        if per_token is None:
+            return None
+        spare = target_s - (self.fixed_s or 0.0)
+        if spare <= 0:
+            return 0
+        return round(spare / per_token) if per_token > 0 else 1 << 30
+
 
 @dataclass(slots=True)
 class SchedulerOutput:
@@ -28,7 +83,9 @@ class SchedulerOutput:
     num_tokens: list[int] = field(default_factory=list)
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    num_decodes: int = 0  # rows that decode one token; the rest of sum(num_tokens) is prefill
     created_at: float = field(default_factory=time.time)  # when scheduled: ends the request's queue time
+    started_at: float = field(default_factory=time.perf_counter)  # monotonic start, to time the step
 
     @property
     def is_empty(self) -> bool:
@@ -42,6 +99,7 @@ class Scheduler:
         self.waiting: list[Sequence] = []  # kept sorted by sort_key
         self.running: list[Sequence] = []  # kept sorted by sort_key; the tail is preempted first
         self.num_preemptions = 0
+        self.cost = StepCostModel()
 
     # ---- queue management -------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -67,9 +125,9 @@ class Scheduler:
     # ---- scheduling -------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self.config.max_num_batched_tokens
         decodes = [s for s in self.running if s.is_decoding]
         prefills = [s for s in self.running if not s.is_decoding]
+        budget = self._token_budget(len(decodes))
         for seq in decodes + prefills:
             if budget == 0:
                 break
@@ -85,6 +143,24 @@ class Scheduler:
         if not out.preempted:  # admitting while evicting would just thrash
             self._admit(out, budget)
         return out
+
+    def _token_budget(self, num_decodes: int) -> int:
+        """This step's tokens: all of max_num_batched_tokens, unless decodes run under a latency target."""
+        full = self.config.max_num_batched_tokens
+        target_ms = self.config.max_step_latency_ms
+        # Without chunking a prompt runs whole or not at all, so a smaller budget would only starve it.
+        if not num_decodes or not target_ms or not self.config.enable_chunked_prefill:
+            return full
+        prefill = self.cost.prefill_budget(target_ms / 1000)
+        if prefill is None:
+            return full
+        floor = max(_MIN_PREFILL_CHUNK, self.block_manager.block_size)
+        return min(full, num_decodes + max(prefill, floor))
+
+    def record_step(self, out: SchedulerOutput, seconds: float) -> None:
+        """The engine reports how long a scheduled step took (schedule to outputs), to size later chunks."""
+        if not out.is_empty and seconds > 0:
+            self.cost.observe(sum(out.num_tokens) - out.num_decodes, seconds)
 
     def _make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
         """Preempt from the tail until seq can grow; False if seq itself had to go."""
@@ -126,6 +202,7 @@ class Scheduler:
             budget -= num_new
 
     def _emit(self, out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
+        out.num_decodes += seq.is_decoding
         out.seqs.append(seq)
         out.num_tokens.append(num_new)
         out.chunks.append(
