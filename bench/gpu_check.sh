@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# GPU check (issue 4): correctness oracle on CUDA vs Hugging Face, then offline throughput of 256 prompts,
+# GPU check: correctness oracle on CUDA vs Hugging Face, then offline throughput of 256 prompts,
 # ours (LLMEngine) vs HF continuous batching, for a Qwen3-0.6B-shaped and a Llama-3-8B-shaped model built
 # here from configs with seeded random weights. No network, no model files: fits a bare H200 machine.
 #
 #   bench/gpu_check.sh                 # the full check, bounded to 7 minutes (BUDGET_S, default 420)
 #   bench/gpu_check.sh --smoke         # tiny model on CPU, to check the plumbing without a GPU
 #   bench/gpu_check.sh --models qwen3-0.6b --num-prompts 64    # any other bench.gpu_check option
-#   bench/gpu_check.sh --eager         # our engine without CUDA graphs (where EngineConfig has enforce_eager)
+#   bench/gpu_check.sh --eager         # our engine without CUDA graphs (enforce_eager)
 #
 # Python: $PYTHON, else ./.venv/bin/python, else python3 (the machine's own torch + transformers).
 # With $OUT set (the device machine's folder of files that come back), the whole log goes to

@@ -196,7 +196,7 @@ def time_steps(context: int = 512) -> None:
     """A whole decode step (inputs up, forward, LM head) eager vs replayed from a CUDA graph."""
     import time
 
-    from bench.gpu_check import SHAPES as MODEL_SHAPES
+    from bench.gpu_check.zoo import SHAPES as MODEL_SHAPES
     from inference.model_io import ScheduledChunk
 
     shape = {k: v for k, v in MODEL_SHAPES["qwen3-0.6b"].items() if k != "kind"}

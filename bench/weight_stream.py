@@ -12,6 +12,7 @@ blocks for batches of up to 16 rows), and a plain copy for bandwidth.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -74,33 +75,38 @@ def linear_runner(fmt: str, batch: int) -> Callable[[], object]:
 def load_default() -> Any:
     from inference.loader import load_model
     from inference.models.layers import Linear
+    from inference.models.linear_method import PackedMethod
 
     model = load_model("default", dtype="bfloat16", device="cpu").model
-    if not any(isinstance(m, Linear) and m.packed_weight is not None for m in model.modules()):
+    if not any(isinstance(m, Linear) and isinstance(packed(m.method), PackedMethod) for m in model.modules()):
         raise SystemExit("the default model did not pack here (no AMX / AVX512-BF16): nothing to time")
     return model
+
+
+def packed(method: Any) -> Any:
+    """The packed bf16 method a layer uses for large batches (a GGUF-decode method's fallback)."""
+    return getattr(method, "fallback", method)
 
 
 def model_runner(model: Any, batch: int, *, q4_decode: bool) -> Callable[[], object]:
     """The default model's own projections and head; with q4_decode, as the engine runs them (small
     batches read the GGUF's Q4_1/Q8_0 blocks), else all through the packed bf16 weights."""
     from inference.models.layers import Linear
-    from inference.models.onednn import packed_linear
 
-    linears = [m for m in model.modules() if isinstance(m, Linear) and m.packed_weight is not None]
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
     inputs = {m.in_features: torch.randn(batch, m.in_features).bfloat16() for m in linears}
-    head = model._packed_head
+    embedding = model.model.embed_tokens.weight
 
     def run() -> None:
         for m in linears:
             if q4_decode:
                 m(inputs[m.in_features])
             else:
-                packed_linear(inputs[m.in_features], m.packed_weight, m.bias)  # type: ignore[arg-type]
+                packed(m.method).apply(inputs[m.in_features], m.weight, m.bias)
         if q4_decode:
             model.compute_logits(inputs[HEAD[1]])
-        elif head is not None:
-            packed_linear(inputs[HEAD[1]], head, None)
+        else:
+            packed(model.tied_head).apply(inputs[HEAD[1]], embedding, None)
 
     return run
 
@@ -114,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from inference.device import cpu_thread_count
 
-    torch.set_num_threads(cpu_thread_count())
+    # A bench script, not the engine: it may follow the server's MOONCAKE_CPU_THREADS itself.
+    torch.set_num_threads(cpu_thread_count(int(os.environ.get("MOONCAKE_CPU_THREADS") or 0) or None))
     src = torch.ones(128 << 20)
     dst = torch.empty_like(src)
     copy_ms = timed(lambda: dst.copy_(src), args.repeat)

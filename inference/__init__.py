@@ -1,25 +1,55 @@
 """Mooncake's inference engine: paged KV cache, continuous batching, our own model implementations.
 
-Web code imports only the names below.
+Web code imports `inference.api`, the torch-free contract, only. Importing that runs this file first,
+so the torch side (AsyncEngine, LLMEngine, ModelManager) loads here on first access, not at import.
 """
 
-from inference.async_engine import AsyncEngine, EngineHealth
-from inference.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
-from inference.engine import LLMEngine
-from inference.errors import (
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from inference.api import (
+    CacheConfig,
+    CompletionOutput,
+    EngineConfig,
     EngineDeadError,
     EngineError,
+    EngineHealth,
+    EngineStats,
+    Histogram,
     InsufficientMemoryError,
+    Logprob,
+    ModelConfig,
+    ModelInfo,
     NoModelLoadedError,
     PromptTooLongError,
     QueueFullError,
     RequestFailedError,
+    RequestMetrics,
+    RequestOutput,
+    SamplingParams,
+    SchedulerConfig,
     UnknownModelError,
 )
-from inference.manager import ModelInfo, ModelManager
-from inference.metrics import EngineStats, Histogram
-from inference.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from inference.sampling_params import SamplingParams
+
+# Torch-side names -> their modules. Not imported even under TYPE_CHECKING: the contract's import graph
+# must not reach torch at all, so the type checker sees these as Any through this package.
+_LAZY = {
+    "AsyncEngine": "inference.async_engine",
+    "LLMEngine": "inference.engine",
+    "ModelManager": "inference.manager",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
 
 __all__ = [
     "AsyncEngine",

@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_DTYPES = ("auto", "float32", "bfloat16", "float16")
-_DEVICES = ("auto", "cpu", "cuda")
-_BACKENDS = ("auto", "torch", "triton", "flash_attn")
+# The choice lists, defined once: validation here, the attention selector and the console's forms use them.
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 QUANTIZATIONS = ("none", "gguf")
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
 _IGNORED_KEYS = frozenset({"type", "name", "aliases", "keep_alive", "keep_alive_seconds"})
 _ALIASES = {"model_id": "model"}
 
 
-def _positive(name: str, value: int | float) -> None:
+# Defaults other layers size themselves by (the API refuses a request the queue could never hold).
+DEFAULT_MAX_QUEUE_LEN = 256
+
+
+def check_positive(name: str, value: int | float) -> None:
+    """The one positivity rule: EngineConfig, its groups and the model runner all apply it."""
     if value <= 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def check_memory_fraction(value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {value}")
 
 
 def _off_or_positive(name: str, value: float | None) -> None:
@@ -41,14 +53,16 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if not self.source:
             raise ValueError("model must be 'default', an HF directory or a .gguf path")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
-        if self.device not in _DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(f"device must be one of {_DEVICES}, got {self.device!r}")
-        if self.attention_backend not in _BACKENDS:
-            raise ValueError(f"attention_backend must be one of {_BACKENDS}, got {self.attention_backend!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}"
+            )
         if self.max_model_len is not None:
-            _positive("max_model_len", self.max_model_len)
+            check_positive("max_model_len", self.max_model_len)
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
 
@@ -61,11 +75,10 @@ class CacheConfig:
     enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
-        _positive("block_size", self.block_size)
+        check_positive("block_size", self.block_size)
         if self.kv_cache_memory_bytes is not None:
-            _positive("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+            check_positive("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
+        check_memory_fraction(self.gpu_memory_utilization)
 
 
 @dataclass(slots=True)
@@ -74,15 +87,15 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 4096
     max_model_len: int = 8192
     enable_chunked_prefill: bool = True
-    max_queue_len: int = 256
+    max_queue_len: int = DEFAULT_MAX_QUEUE_LEN
     # While streams decode, shrink prefill chunks so a step takes about this long (see scheduler.py).
     max_step_latency_ms: float | None = 250.0
 
     def __post_init__(self) -> None:
-        _positive("max_num_seqs", self.max_num_seqs)
-        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
-        _positive("max_model_len", self.max_model_len)
-        _positive("max_queue_len", self.max_queue_len)
+        check_positive("max_num_seqs", self.max_num_seqs)
+        check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        check_positive("max_model_len", self.max_model_len)
+        check_positive("max_queue_len", self.max_queue_len)
         _off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
@@ -110,7 +123,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 4096
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
-    max_queue_len: int = 256
+    max_queue_len: int = DEFAULT_MAX_QUEUE_LEN
     # Target for a step that carries decode rows: prefill chunks are sized from measured step cost so
     # running streams keep a bounded inter-token gap; None or 0 turns it off (full-size chunks).
     max_step_latency_ms: float | None = 250.0
@@ -119,14 +132,27 @@ class EngineConfig:
     # "gguf": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
     quantization: str = "none"
     seed: int = 0
+    # Where converted GGUFs and the compiled decode kernel live (a private 0700 folder); None: ./var/cache.
+    cache_dir: str | None = None
+    cpu_threads: int | None = None  # torch intra-op threads on CPU; None: every core we may run on
+    q4_decode: bool = True  # bf16 CPU models from a GGUF read small decode batches from its Q4 blocks
+    q4_amx: bool = True  # that kernel may use AMX tiles (up to 16 rows; registers alone take up to 4)
+    kernel_compiler: str = "c++"  # compiles that kernel when it was not built at install time
+    # Folders a model source must really (symlinks followed) lie in at load; None: anywhere. "default"
+    # (the bundled model) is always allowed.
+    model_roots: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         # Build the groups once so a bad value fails at construction, not at load time.
         self.model_config()
         self.cache_config()
-        _positive("max_num_seqs", self.max_num_seqs)
-        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
-        _positive("max_queue_len", self.max_queue_len)
+        if self.cpu_threads is not None:
+            check_positive("cpu_threads", self.cpu_threads)
+        if self.model_roots is not None:
+            self.model_roots = tuple(str(root) for root in self.model_roots)  # a list from yaml
+        check_positive("max_num_seqs", self.max_num_seqs)
+        check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        check_positive("max_queue_len", self.max_queue_len)
         _off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
 
     def model_config(self) -> ModelConfig:
@@ -205,6 +231,9 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
             return int(value)
         if base is float:
             return float(value)
+        if typing.get_origin(base) is tuple:  # model_roots: a list, or one string of os.pathsep-joined paths
+            parts = value if isinstance(value, list | tuple) else str(value).split(os.pathsep)
+            return tuple(str(part) for part in parts if str(part))
         return str(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name}: cannot use {value!r} as {getattr(base, '__name__', base)}") from None

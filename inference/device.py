@@ -47,17 +47,17 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def cpu_thread_count() -> int:
-    """Intra-op threads for CPU inference: $MOONCAKE_CPU_THREADS, else every core we may run on.
+def cpu_thread_count(requested: int | None = None) -> int:
+    """Intra-op threads for CPU inference: `requested` (EngineConfig.cpu_threads), else every core we may
+    run on.
 
-    The override matters on shared machines: OpenMP workers spin at barriers, so when other processes
+    Asking for fewer matters on shared machines: OpenMP workers spin at barriers, so when other processes
     take the cores, two threads can run several times slower than one.
     """
-    override = os.environ.get("MOONCAKE_CPU_THREADS", "").strip()
-    if override:
-        if not override.isdigit() or int(override) < 1:
-            raise ValueError(f"MOONCAKE_CPU_THREADS must be a positive integer, got {override!r}")
-        return int(override)
+    if requested is not None:
+        if requested < 1:
+            raise ValueError(f"cpu_threads must be a positive integer, got {requested!r}")
+        return requested
     return cpu_core_count()
 
 

@@ -26,6 +26,7 @@ from inference.sampling_params import SamplingParams
 from inference.scheduler import Scheduler, SchedulerOutput
 from inference.sequence import Sequence, SequenceStatus
 from inference.step_isolation import execute_isolating, sample_isolating
+from inference.tokenization import TextProcessor
 
 if TYPE_CHECKING:
     from inference.loader import LoadedModel
@@ -54,11 +55,9 @@ class LLMEngine:
         self, config: EngineConfig, *, loaded: LoadedModel | None = None, runner: Runner | None = None
     ):
         if loaded is None:
-            from inference.loader import load_model  # heavy import, only when we load here
+            from inference.loader import load_from_config  # heavy import, only when we load here
 
-            loaded = load_model(
-                config.model, dtype=config.dtype, device=config.device, quantization=config.quantization
-            )
+            loaded = load_from_config(config)
         if runner is None:
             from inference.model_runner import ModelRunner
 
@@ -67,6 +66,7 @@ class LLMEngine:
         self.loaded = loaded
         self.runner = runner
         self.tokenizer: Any = loaded.tokenizer
+        self.text = TextProcessor(self.tokenizer, name=config.model)  # prompts and templates go through it
         self.eos_token_ids: set[int] = set(loaded.eos_token_ids)
         # A lone sequence must always fit in the cache, or preemption could never make room for it.
         self.max_model_len = min(runner.max_model_len, runner.num_blocks * runner.block_size)
@@ -85,7 +85,7 @@ class LLMEngine:
 
     # ---- requests ---------------------------------------------------------------------------------
     def encode(self, prompt: str | list[int]) -> list[int]:
-        return list(prompt) if isinstance(prompt, list) else list(self.tokenizer.encode(prompt))
+        return self.text.encode(prompt)
 
     def check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Raise if the prompt cannot run; returns the effective max_tokens."""

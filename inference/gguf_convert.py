@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -19,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import save_file
+
+from inference.cache_dir import ensure_private_dir, private_temp_file
 
 logger = logging.getLogger(__name__)
 
@@ -71,16 +72,19 @@ def file_sha256(path: Path, cache_dir: Path) -> str:
             digest.update(chunk)
     sha = digest.hexdigest()
     memo[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha}
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(memo, indent=1))
-    tmp.replace(memo_path)
+    ensure_private_dir(cache_dir)
+    tmp = private_temp_file(cache_dir, prefix=f".{_HASH_MEMO}-")
+    try:
+        tmp.write_text(json.dumps(memo, indent=1))
+        tmp.replace(memo_path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return sha
 
 
 def ensure_converted(gguf_path: Path, cache_dir: Path) -> Path:
     """Return the cached HF directory for `gguf_path`, converting it first if this content was never seen."""
-    gguf_cache = cache_dir / "gguf"
+    gguf_cache = ensure_private_dir(cache_dir / "gguf")  # what is converted here is loaded as weights later
     sha = file_sha256(gguf_path, gguf_cache)
     target = gguf_cache / sha[:32]
     if (target / "config.json").is_file():
@@ -88,7 +92,6 @@ def ensure_converted(gguf_path: Path, cache_dir: Path) -> Path:
         return target
     logger.info("Converting GGUF %s (sha256 %s) into %s", gguf_path.name, sha[:12], target)
     started = time.monotonic()
-    gguf_cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=gguf_cache))
     try:
         _convert(gguf_path, tmp)

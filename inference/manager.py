@@ -2,7 +2,8 @@
 
 It also supervises: an engine whose thread dies is dropped at once (its model reads "restarting") and
 loaded again after a back-off that doubles with each death; past `max_restarts` deaths within
-`restart_window_s` the model stays "failed" until someone loads it again.
+`restart_window_s` the model stays "failed" until someone loads it again. A reconfigure restarts a loaded
+model gracefully: drain, then swap (inference.handover).
 
 Over 300 lines: registry, loading, eviction and supervision all change the same entries under one lock.
 """
@@ -16,37 +17,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
 from inference.errors import EngineDeadError, InsufficientMemoryError, NoModelLoadedError, UnknownModelError
+from inference.handover import adopt_all, hand_over
+from inference.status import ModelInfo, ModelState
 
-ModelState = Literal["available", "loading", "loaded", "unloading", "restarting", "failed"]
+# ModelInfo and ModelState: re-exported from their old home.
+__all__ = ["ModelInfo", "ModelManager", "ModelState", "free_torch_memory"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class ModelInfo:
-    name: str
-    aliases: list[str]
-    source: str
-    state: ModelState = "available"
-    error: str | None = None
-    architecture: str | None = None
-    num_params: int | None = None
-    dtype: str | None = None
-    size_on_disk: int | None = None
-    memory_bytes: int | None = None
-    kv_capacity_tokens: int | None = None
-    requests_served: int = 0
-    restarts: int = 0  # automatic restarts after the engine died
-    last_used: float | None = None
-    keep_alive_seconds: float | None = None
-    is_default: bool = False
 
 
 @dataclass(slots=True)
@@ -174,7 +158,7 @@ class ModelManager:
                         entry.info.state, entry.info.error = "available", None
                     return
                 entry.info.state, entry.info.error = "loading", None
-            queued = engine.hand_over(drain_timeout=drain_timeout)
+            moving = hand_over(engine, drain_timeout=drain_timeout)
             with self._lock:
                 entry.served_before += engine.stats().requests_total
             del engine
@@ -183,10 +167,10 @@ class ModelManager:
             try:
                 new_engine = self._load_locked(entry)
             except Exception as exc:
-                for request in queued:
-                    request.fail(EngineDeadError(f"model {name!r} failed to restart: {exc}"))
+                for submission in moving:
+                    submission.fail(EngineDeadError(f"model {name!r} failed to restart: {exc}"))
                 raise
-            new_engine.adopt(queued)
+            adopt_all(new_engine, moving)
 
     def load(self, name: str) -> AsyncEngine:
         entry = self._entries[self.resolve(name)]

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from inference.attention import BatchLayout, select_backend
-from inference.config import EngineConfig
+from inference.config import EngineConfig, check_memory_fraction, check_positive
 from inference.cuda_graphs import DecodeGraphs, GraphableBackend
 from inference.device import cpu_thread_count
 from inference.kv_cache import (
@@ -40,6 +40,7 @@ class ModelRunner:
             gpu_memory_utilization=config.gpu_memory_utilization,
             attention_backend=config.attention_backend,
             enforce_eager=config.enforce_eager,
+            cpu_threads=config.cpu_threads,
         )
 
     def __init__(
@@ -54,16 +55,16 @@ class ModelRunner:
         gpu_memory_utilization: float,
         attention_backend: str = "auto",
         enforce_eager: bool = False,
+        cpu_threads: int | None = None,
     ) -> None:
+        # Built without an EngineConfig in tests and benches: the same bounds, from inference.config.
         for name, value in (
             ("block_size", block_size),
             ("max_num_seqs", max_num_seqs),
             ("max_num_batched_tokens", max_num_batched_tokens),
         ):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+            check_positive(name, value)
+        check_memory_fraction(gpu_memory_utilization)
         if not isinstance(loaded.model, DecoderForCausalLM):
             raise ValueError(f"ModelRunner needs one of our models, got {type(loaded.model).__name__}")
         self.model: DecoderForCausalLM = loaded.model
@@ -71,7 +72,7 @@ class ModelRunner:
         self.block_size = block_size
         self.vocab_size = self.model.args.vocab_size
         if self.device.type == "cpu":
-            torch.set_num_threads(cpu_thread_count())
+            torch.set_num_threads(cpu_thread_count(cpu_threads))
         self.backend = select_backend(
             attention_backend,
             device=self.device,

@@ -48,9 +48,8 @@ class Sampler:
             params = seq.params
             for processor in params.logits_processors:
                 logits[row] = processor(seq.token_ids, logits[row])
-            bias = params.logit_bias_tensors()
-            if bias is not None:
-                ids, vals = bias
+            if seq.logit_bias is not None:
+                ids, vals = seq.logit_bias
                 valid = ids < logits.shape[1]
                 logits[row].index_add_(
                     0, ids[valid].to(logits.device), vals[valid].to(logits.device, logits.dtype)

@@ -1,15 +1,19 @@
-"""SamplingParams: the OpenAI parameter set plus top_k, min_p and repetition_penalty, validated."""
+"""SamplingParams: the OpenAI parameter set plus top_k, min_p and repetition_penalty, validated.
+
+Torch-free (part of the web layer's contract, inference.api): tensors built from these values, such as
+logit_bias's, belong to the engine side (inference/sequence.py).
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-import torch
-
-# (token ids so far: prompt + generated, logits row [vocab]) -> logits row. Used for grammar masks.
-LogitsProcessor = Callable[[list[int], torch.Tensor], torch.Tensor]
+# (token ids so far: prompt + generated, logits row: a torch.Tensor [vocab]) -> logits row. Used for
+# grammar masks. The tensors are typed Any so that the contract names torch nowhere, not even for mypy.
+LogitsProcessor = Callable[[list[int], Any], Any]
 
 MAX_LOGPROBS = 20
 MAX_N = 128
@@ -20,6 +24,8 @@ MAX_TEMPERATURE = 100.0
 MIN_REPETITION_PENALTY = 0.01
 MAX_REPETITION_PENALTY = 100.0
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
+MAX_LOGIT_BIAS_VALUE = 100.0  # each entry's bias lies in [-100, 100], as OpenAI's
+MAX_PENALTY = 2.0  # presence and frequency penalties lie in [-2, 2], as OpenAI's
 MAX_STOP_TOKEN_IDS = 1024
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_CHARS = 1024
@@ -48,10 +54,6 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     logits_processors: list[LogitsProcessor] = field(default_factory=list)
-    # logit_bias as (ids, values) tensors, built on first use and shared by the request's sequences.
-    _bias_tensors: tuple[torch.Tensor, torch.Tensor] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):  # OpenAI accepts a bare string
@@ -69,8 +71,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         _check_int("top_k", self.top_k, -1, MAX_INT32)  # -1 and 0 mean off
         _check_float("min_p", self.min_p, 0.0, 1.0)
-        _check_float("presence_penalty", self.presence_penalty, -2.0, 2.0)
-        _check_float("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        _check_float("presence_penalty", self.presence_penalty, -MAX_PENALTY, MAX_PENALTY)
+        _check_float("frequency_penalty", self.frequency_penalty, -MAX_PENALTY, MAX_PENALTY)
         _check_float(
             "repetition_penalty", self.repetition_penalty, MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY
         )
@@ -79,7 +81,7 @@ class SamplingParams:
             raise ValueError(f"logit_bias has {len(bias)} entries; at most {MAX_LOGIT_BIAS} are allowed")
         for token_id, value in bias.items():
             _check_int("logit_bias token id", token_id, 0, MAX_INT32)
-            _check_float(f"logit_bias[{token_id}]", value, -100.0, 100.0)
+            _check_float(f"logit_bias[{token_id}]", value, -MAX_LOGIT_BIAS_VALUE, MAX_LOGIT_BIAS_VALUE)
         if self.seed is not None:
             _check_int("seed", self.seed, *SEED_RANGE)
         for name in ("logprobs", "prompt_logprobs"):
@@ -103,15 +105,6 @@ class SamplingParams:
             raise ValueError(f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids are allowed")
         for token_id in self.stop_token_ids:
             _check_int("stop_token_ids entry", token_id, 0, MAX_INT32)
-
-    def logit_bias_tensors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """logit_bias as (token ids, biases) on the CPU; built once, not on every step."""
-        if not self.logit_bias:
-            return None
-        if self._bias_tensors is None:
-            ids = torch.tensor(list(self.logit_bias), dtype=torch.long)
-            self._bias_tensors = (ids, torch.tensor(list(self.logit_bias.values()), dtype=torch.float32))
-        return self._bias_tensors
 
     @property
     def is_greedy(self) -> bool:

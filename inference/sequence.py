@@ -12,6 +12,9 @@ from inference.sampling_params import SamplingParams
 
 _seq_ids = itertools.count()
 
+# A request's logit_bias as (token ids, biases) tensors on the CPU.
+LogitBias = tuple[torch.Tensor, torch.Tensor]
+
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
@@ -43,6 +46,7 @@ class Sequence:
         "block_table",
         "generator",
         "index",
+        "logit_bias",
         "logprobs",
         "max_tokens",
         "num_cached_tokens",
@@ -67,6 +71,7 @@ class Sequence:
         arrival_time: float,
         priority: int = 0,
         index: int = 0,
+        logit_bias: LogitBias | None = None,
     ) -> None:
         self.seq_id = next(_seq_ids)
         self.request_id = request_id
@@ -85,6 +90,8 @@ class Sequence:
         self.stop_reason: str | int | None = None
         self.logprobs: list[TokenLogprobs] = []
         self.generator = _make_generator(params.seed, index)
+        # Built once per request, not on every step: forks pass the root's tensors on.
+        self.logit_bias = logit_bias if logit_bias is not None else _logit_bias_tensors(params)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -126,7 +133,15 @@ class Sequence:
             arrival_time=self.arrival_time,
             priority=self.priority,
             index=index,
+            logit_bias=self.logit_bias,
         )
+
+
+def _logit_bias_tensors(params: SamplingParams) -> LogitBias | None:
+    if not params.logit_bias:
+        return None
+    ids = torch.tensor(list(params.logit_bias), dtype=torch.long)
+    return ids, torch.tensor(list(params.logit_bias.values()), dtype=torch.float32)
 
 
 def _make_generator(seed: int | None, index: int) -> torch.Generator | None:

@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -52,7 +52,7 @@ def _wait_for_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout:
 class Supervisor:
     """Runs the server and the worker as children in their own sessions, and stops them together."""
 
-    def __init__(self, commands: dict[str, list[str]], *, stop_timeout: float) -> None:
+    def __init__(self, commands: dict[str, list[str]], *, stop_timeout: Callable[[], float]) -> None:
         self.commands = commands
         self.stop_timeout = stop_timeout
         self.children: dict[str, subprocess.Popen[bytes]] = {}
@@ -96,7 +96,8 @@ class Supervisor:
             time.sleep(CHILD_POLL_SECONDS)
 
     def _reap(self) -> int:
-        deadline = time.monotonic() + self.stop_timeout
+        # Read at the stop, not at start: an admin may have changed the drain timeout meanwhile.
+        deadline = time.monotonic() + self.stop_timeout()
         status = 0
         for name, child in self.children.items():
             try:
@@ -106,6 +107,7 @@ class Supervisor:
                 child.kill()
                 code = child.wait()
             if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+                print(f"mooncake: {name} exited with status {code} while stopping", flush=True)
                 status = status or 1
         return status
 
@@ -129,7 +131,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             sys.executable, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--hostname", f"mooncake@{socket.gethostname()}",
         ]  # fmt: skip
-    supervisor = Supervisor(commands, stop_timeout=settings.MOONCAKE_DRAIN_TIMEOUT + STOP_GRACE_SECONDS)
+    supervisor = Supervisor(commands, stop_timeout=lambda: _drain_timeout() + STOP_GRACE_SECONDS)
     signal.signal(signal.SIGINT, supervisor.on_signal)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     supervisor.start()
@@ -146,30 +148,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return supervisor.wait()
 
 
+def _drain_timeout() -> float:
+    """The server's drain timeout (the console's override, else the configured one)."""
+    from django.conf import settings
+    from django.db import DatabaseError
+
+    from webapp.core.engine_settings import drain_timeout
+
+    try:
+        return drain_timeout()
+    except DatabaseError:
+        return float(settings.MOONCAKE_DRAIN_TIMEOUT)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     _setup_django(args.config, args.settings)
     from django.conf import settings
     from django.core.management import call_command
 
-    from webapp.core.engine import build_engine_config, served_model_name
+    from webapp.core.config_report import config_report
+    from webapp.core.engine import served_model_name
     from webapp.core.modelpaths import check_source
 
     call_command("check")
-    problems: list[str] = []
     mooncake = settings.MOONCAKE
     print(f"settings:     {os.environ['DJANGO_SETTINGS_MODULE']}")
     print(f"config file:  {settings.MOONCAKE_CONFIG_PATH or '(none; defaults)'}")
-    print(f"data dir:     {settings.DATA_DIR}")
-    print(f"model cache:  {settings.CACHE_DIR}")
     print(f"database:     {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
     print(f"celery:       {settings.CELERY_BROKER_URL}")
-    print(f"api auth:     {settings.MOONCAKE_API_AUTH}")
+    print("precedence:   default < env < yaml < console (the console's tuning page and Models rows)")
+    report = config_report()
+    for line in report.lines:
+        print(line)
+    problems = list(report.problems)
     for root in settings.MODEL_ROOTS:
         print(f"model root:   {root}{'' if root.is_dir() else '  (missing; created on first upload)'}")
-    try:
-        build_engine_config(mooncake)
-    except (ValueError, TypeError) as exc:
-        problems.append(f"engine settings: {exc}")
     source = str(mooncake["model"].get("model_id") or mooncake["model"].get("model") or "default")
     result = check_source(source)
     print(f"model:        {served_model_name(mooncake)} <- {result.path or source}")

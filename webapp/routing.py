@@ -2,9 +2,7 @@
 
 from typing import Any
 
-from webapp.appurls import websocket_patterns
+from webapp.chat.routing import websocket_urlpatterns as chat_routes
+from webapp.core.routing import websocket_urlpatterns as core_routes
 
-websocket_urlpatterns: list[Any] = [
-    *websocket_patterns("webapp.core.routing"),
-    *websocket_patterns("webapp.chat.routing"),
-]
+websocket_urlpatterns: list[Any] = [*core_routes, *chat_routes]

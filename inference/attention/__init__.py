@@ -11,10 +11,11 @@ import torch
 from inference.attention.base import AttentionBackend, BatchLayout
 from inference.attention.flash_backend import PAGED_BLOCK_MULTIPLE
 from inference.attention.torch_backend import TorchAttentionBackend
+from inference.config import ATTENTION_BACKENDS
 
 logger = logging.getLogger(__name__)
 
-BACKEND_NAMES = ("auto", "torch", "triton", "flash_attn")
+BACKEND_NAMES = ATTENTION_BACKENDS  # one list: config validation, this selector and the console share it
 
 
 def select_backend(

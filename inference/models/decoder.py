@@ -5,21 +5,20 @@ The variants differ only in flags from ModelArgs: QKV bias (Qwen2), per-head q/k
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PretrainedConfig
 
 from inference.attention.base import AttentionBackend
+from inference.gguf_blocks import GGUFBlocks, Q4Blocks
 from inference.kv_cache import KVCacheSpec
-from inference.models import q4_decode
 from inference.models.args import ModelArgs
-from inference.models.int4 import Q4Blocks
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
-from inference.models.onednn import pack_weight, packed_linear
+from inference.models.linear_method import DENSE, LinearMethod, LinearPlan, choose_method
 from inference.models.rotary import RotaryEmbedding, apply_rotary
 
 
@@ -111,8 +110,8 @@ class DecoderForCausalLM(nn.Module):
             if self.args.tie_word_embeddings
             else Linear(self.args.hidden_size, self.args.vocab_size, bias=False)
         )
-        self._packed_head: torch.Tensor | None = None
-        self._head_decode: q4_decode.DecodeWeight | None = None
+        # A tied head multiplies with the embedding's weight, which token lookup keeps dense.
+        self.tied_head: LinearMethod = DENSE
 
     @classmethod
     def model_args(cls, config: PretrainedConfig) -> ModelArgs:
@@ -157,57 +156,34 @@ class DecoderForCausalLM(nn.Module):
         return self.model.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        head = self._head_decode
-        if head is not None and hidden.numel() <= q4_decode.max_rows() * hidden.shape[-1]:
-            return q4_decode.q4_linear(hidden, head, None)
-        if self._packed_head is not None:
-            return packed_linear(hidden, self._packed_head, None)
         if self.lm_head is not None:
             return self.lm_head(hidden)
-        return F.linear(hidden, self.model.embed_tokens.weight)
+        return self.tied_head.apply(hidden, self.model.embed_tokens.weight, None)
 
     def weight_bytes(self) -> int:
-        """Memory the weights take, prepacked copies included (those are plain attributes, not parameters)."""
-        linears = [m for m in self.modules() if isinstance(m, Linear)]
-        tensors = [*self.parameters(), *(m.packed_weight for m in linears), self._packed_head]
-        int4 = sum(m.int4_weight.nbytes() for m in linears if m.int4_weight is not None)
-        int4 += sum(m.q4_decode.nbytes() for m in linears if m.q4_decode is not None)
-        int4 += self._head_decode.nbytes() if self._head_decode is not None else 0
-        return int4 + sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        """Memory the weights take, the methods' own copies included (those are not parameters)."""
+        methods = [m.method for m in self.modules() if isinstance(m, Linear)]
+        if self.lm_head is None:
+            methods.append(self.tied_head)
+        params = sum(p.numel() * p.element_size() for p in self.parameters())
+        return params + sum(method.nbytes() for method in methods)
 
-    def use_int4(self, blocks: dict[str, Q4Blocks]) -> int:
-        """Give every projection whose checkpoint weights are in `blocks` its 4-bit weights; returns how
-        many projections took them."""
-        count = 0
-        for module, stacked in self._projections_in(blocks):
-            if module.int4_weight is None:
-                module.use_int4(stacked)
-                count += 1
-        return count
+    def use_linear_methods(self, plan: LinearPlan, blocks: GGUFBlocks | None = None) -> Counter[str]:
+        """Give every projection and the head its LinearMethod (call once, after the weights are loaded);
+        returns how many took each method, by name."""
+        counts: Counter[str] = Counter()
+        for module, stacked in self._projections(blocks.linears if blocks is not None else {}):
+            module.use(choose_method(module.weight.detach(), stacked, plan))
+            counts[module.method.name] += 1
+        if self.lm_head is None:
+            embedding = blocks.embedding if blocks is not None else None
+            self.tied_head = choose_method(self.model.embed_tokens.weight.detach(), embedding, plan)
+            counts[self.tied_head.name] += 1
+        return counts
 
-    def use_q4_decode(self, blocks: dict[str, Q4Blocks]) -> int:
-        """Let small batches read the blocks of every projection whose bf16 weight they reproduce bit for
-        bit (call before packing, while the dense weights are still here); returns how many did."""
-        count = 0
-        for module, stacked in self._projections_in(blocks):
-            if q4_decode.eligible(stacked) and q4_decode.matches(stacked, module.weight.detach()):
-                module.q4_decode = q4_decode.decode_weight(stacked)
-                count += 1
-        return count
-
-    def use_q8_head(self, blocks: q4_decode.Q8Blocks) -> bool:
-        """Let small batches' logits read a tied head's Q8_0 blocks where they reproduce the embedding's bf16
-        weights bit for bit; returns whether they do."""
-        embedding = self.model.embed_tokens.weight.detach()
-        exact = q4_decode.eligible(blocks) and q4_decode.matches(blocks, embedding)
-        if self.lm_head is not None or not exact:
-            return False
-        self._head_decode = q4_decode.decode_weight(blocks)
-        return True
-
-    def _projections_in(self, blocks: dict[str, Q4Blocks]) -> Iterator[tuple[Linear, Q4Blocks]]:
-        """Each projection whose checkpoint weights (all shards of a fused one) are in `blocks`, with them
-        stacked in the fused order."""
+    def _projections(self, blocks: dict[str, Q4Blocks]) -> Iterator[tuple[Linear, Q4Blocks | None]]:
+        """Each projection, with its checkpoint weights' blocks (all shards of a fused one, stacked in the
+        fused order) where `blocks` has every one of them."""
         shards_of: dict[str, list[str]] = {}
         for fused, original, _ in self.stacked_params:
             shards_of.setdefault(fused, []).append(original)
@@ -219,14 +195,5 @@ class DecoderForCausalLM(nn.Module):
             sources = [f"{prefix}{original}.weight" for original in shards_of.get(attr, [attr])]
             if all(source in blocks for source in sources):
                 yield module, Q4Blocks.stack([blocks[source] for source in sources])
-
-    def pack_linears(self) -> None:
-        """Prepack every projection and the LM head for oneDNN (call once, after the weights are loaded).
-
-        A tied LM head keeps the dense embedding for token lookup and gets a packed copy of its own.
-        """
-        for module in self.modules():
-            if isinstance(module, Linear) and module.packed_weight is None and module.int4_weight is None:
-                module.pack()
-        if self.lm_head is None and self._packed_head is None:
-            self._packed_head = pack_weight(self.model.embed_tokens.weight)
+            else:
+                yield module, None

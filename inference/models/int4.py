@@ -14,37 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-GROUP = 32  # Q4_0 and Q4_1 quantize blocks of 32 weights along the input dimension
-
-
-@dataclass(frozen=True, slots=True)
-class Q4Blocks:
-    """One weight matrix as 4-bit levels with a scale and minimum per block: W = levels * scale + minimum,
-    computed in float32 as ggml and gguf-py do (a Q4_0 block's minimum is -8 * scale)."""
-
-    levels: np.ndarray  # [out, in] uint8 in 0..15
-    scale: np.ndarray  # [out, in // 32] float32
-    minimum: np.ndarray  # [out, in // 32] float32: the weight at level 0
-
-    @property
-    def zero(self) -> np.ndarray:
-        """The weight at level 8, the form torch's int4 kernel takes: W = (levels - 8) * scale + zero."""
-        return self.minimum + 8.0 * self.scale
-
-    def dequantize(self) -> np.ndarray:
-        """The exact weights, in float32 (the level-times-scale product is exact, so one rounding)."""
-        scale = np.repeat(self.scale, GROUP, axis=1)
-        minimum = np.repeat(self.minimum, GROUP, axis=1)
-        return self.levels.astype(np.float32) * scale + minimum
-
-    @staticmethod
-    def stack(parts: list[Q4Blocks]) -> Q4Blocks:
-        """Row-wise concatenation, as the fused QKV and gate-up projections stack their shards."""
-        return Q4Blocks(
-            np.concatenate([p.levels for p in parts]),
-            np.concatenate([p.scale for p in parts]),
-            np.concatenate([p.minimum for p in parts]),
-        )
+from inference.gguf_blocks import GROUP, Q4Blocks
 
 
 @dataclass(slots=True)
@@ -59,10 +29,11 @@ class Int4Weight:
 
 
 def pack_int4(blocks: Q4Blocks) -> Int4Weight:
-    out_features, in_features = blocks.levels.shape
+    out_features, in_features = blocks.shape
     if in_features % GROUP:
         raise ValueError(f"4-bit weights need an input size divisible by {GROUP}, got {in_features}")
-    levels = torch.from_numpy(blocks.levels.astype(np.int32))
+    # torch's packing takes one int32 level per weight: the one place the file's nibbles are unpacked.
+    levels = torch.from_numpy(blocks.unpack_levels().astype(np.int32))
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(levels, 1)
     scales_zeros = torch.stack(
         [torch.from_numpy(blocks.scale).T, torch.from_numpy(blocks.zero).T], dim=-1

@@ -1,4 +1,4 @@
-"""Building blocks of our decoder models: RMSNorm, packable linears, fused QKV and gate-up projections."""
+"""Building blocks of our decoder models: RMSNorm, linears, fused QKV and gate-up projections."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.models.int4 import Int4Weight, Q4Blocks, int4_linear, pack_int4
-from inference.models.onednn import pack_weight, packed_linear
-from inference.models.q4_decode import DecodeWeight, max_rows, q4_linear
+from inference.models.linear_method import DENSE, LinearMethod
 
 
 class RMSNorm(nn.Module):
@@ -26,38 +24,18 @@ class RMSNorm(nn.Module):
 
 
 class Linear(nn.Linear):
-    """nn.Linear that can swap its weight for a oneDNN-prepacked copy (bf16 on CPU, see onednn.py) or for
-    a GGUF's own 4-bit blocks (int4.py), and can read small batches from those blocks (q4_decode.py)."""
+    """nn.Linear whose weights are held through one LinearMethod, chosen at load (linear_method.py)."""
 
-    packed_weight: torch.Tensor | None = None
-    int4_weight: Int4Weight | None = None
-    q4_decode: DecodeWeight | None = None
+    method: LinearMethod = DENSE
 
-    def pack(self) -> None:
-        """Prepack the weight and drop the dense copy; the module then only runs forward."""
-        self.packed_weight = pack_weight(self.weight)
-        self._drop_dense()
-
-    def use_int4(self, blocks: Q4Blocks) -> None:
-        """Multiply with these 4-bit blocks from now on, and drop the dense copy."""
-        if tuple(blocks.levels.shape) != (self.out_features, self.in_features):
-            shape = (self.out_features, self.in_features)
-            raise ValueError(f"4-bit blocks of shape {blocks.levels.shape} for a linear of shape {shape}")
-        self.int4_weight = pack_int4(blocks)
-        self.packed_weight = None
-        self._drop_dense()
-
-    def _drop_dense(self) -> None:
-        self.weight = nn.Parameter(torch.empty(0, dtype=self.weight.dtype), requires_grad=False)
+    def use(self, method: LinearMethod) -> None:
+        """Multiply through `method` from now on; the dense weight goes where the method holds its own."""
+        self.method = method
+        if not method.keeps_dense:
+            self.weight = nn.Parameter(torch.empty(0, dtype=self.weight.dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.int4_weight is not None:
-            return int4_linear(x, self.int4_weight, self.bias)
-        if self.q4_decode is not None and x.numel() <= max_rows() * self.in_features:
-            return q4_linear(x, self.q4_decode, self.bias)
-        if self.packed_weight is not None:
-            return packed_linear(x, self.packed_weight, self.bias)
-        return F.linear(x, self.weight, self.bias)
+        return self.method.apply(x, self.weight, self.bias)
 
 
 class ShardedLinear(Linear):

@@ -10,14 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.device import cpu_thread_count
+import inference.device
 from inference.gguf_convert import ensure_converted
 from inference.loader import LoadedModel, default_gguf_path, load_model
 
 # One intra-op thread: test runs share 2 cores with Daphne servers and other workers, and contended
-# OpenMP barriers made 2-thread decode steps ~6x slower than 1-thread ones. Set before any runner exists.
+# OpenMP barriers made 2-thread decode steps ~6x slower than 1-thread ones. Runners built with
+# cpu_threads=None take "every core"; here that is this many. Servers these tests start read the variable
+# through the web layer, as before.
 os.environ.setdefault("MOONCAKE_CPU_THREADS", "1")
-torch.set_num_threads(cpu_thread_count())  # the HF reference models run in this process too
+TEST_CPU_THREADS = int(os.environ["MOONCAKE_CPU_THREADS"])
+torch.set_num_threads(TEST_CPU_THREADS)  # the HF reference models run in this process too
 # Without a GPU the Triton kernels run in Triton's CPU interpreter; it is chosen when a kernel is defined,
 # so before any test module imports inference.attention.triton_decode.
 if not torch.cuda.is_available():
@@ -25,6 +28,13 @@ if not torch.cuda.is_available():
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_CACHE_DIR = REPO_ROOT / "var" / "test-cache"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_cpu_threads() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference.device, "cpu_core_count", lambda: TEST_CPU_THREADS)
+        yield
 
 
 @pytest.fixture(scope="session")

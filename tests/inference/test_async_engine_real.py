@@ -14,7 +14,7 @@ from tests.inference.real_model import QUESTIONS, make_engine
 pytestmark = pytest.mark.slow
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-# More than the quiet gap (burst_gap_s) apart, well inside burst_max_s: only expect() keeps them together.
+# More than the quiet gap (AdmissionGate.gap_s) apart, well inside max_s: only expect() keeps them together.
 STAGGER_S = 0.005
 
 
@@ -72,5 +72,5 @@ def test_an_announced_burst_is_prefilled_in_one_step_with_unchanged_tokens(defau
         assert outputs[-1].finished and outputs[-1].outputs[0].finish_reason == "length"
         assert outputs[-1].outputs[0].token_ids == expected  # batching changed no token
     assert len({outputs[0].metrics.first_scheduled_time for outputs in results}) == 1
-    assert not engine._expected
+    assert engine.admission.announced == 0
     assert engine.engine.scheduler.block_manager.num_used_blocks == 0

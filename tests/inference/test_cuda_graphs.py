@@ -1,7 +1,7 @@
 """Decode steps over the graphs' fixed, padded buffers give the eager engine's tokens and write no stray KV.
 
 Off CUDA, DecodeGraphs runs the same padded buffers eagerly (Triton's CPU interpreter), which is exactly
-what a captured graph replays; the capture itself is exercised by bench/gpu_check.py on a GPU.
+what a captured graph replays; the capture itself is exercised by bench/gpu_check.sh on a GPU.
 """
 
 from __future__ import annotations

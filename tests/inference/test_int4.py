@@ -10,18 +10,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import inference.loader
 from inference import EngineConfig, SamplingParams
-from inference.gguf_q4 import parse_q4, read_blocks
+from inference.gguf_blocks import GROUP, GGUFBlocks, Q4Blocks, parse_q4, read_blocks
 from inference.loader import LoadedModel, default_gguf_path, load_model
-from inference.models.int4 import GROUP, Q4Blocks, int4_linear, pack_int4
+from inference.models.int4 import int4_linear, pack_int4
 from inference.models.layers import Linear
+from inference.models.linear_method import Int4Method, LinearPlan, choose_method
 from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
 
 
 def random_blocks(out_features: int, in_features: int, seed: int) -> Q4Blocks:
     rng = np.random.default_rng(seed)
     groups = in_features // GROUP
-    return Q4Blocks(
+    return Q4Blocks.from_levels(
         rng.integers(0, 16, (out_features, in_features), dtype=np.uint8),
         rng.uniform(0.001, 0.02, (out_features, groups)).astype(np.float32),
         rng.normal(0, 0.05, (out_features, groups)).astype(np.float32),
@@ -48,7 +50,7 @@ def test_int4_linear_multiplies_the_blocks_weights() -> None:
     # The kernel holds scale and zero in bf16: the reference rounds them the same way.
     scale = torch.from_numpy(blocks.scale).bfloat16().float().numpy()
     zero = torch.from_numpy(blocks.zero).bfloat16().float().numpy()
-    rounded = Q4Blocks(blocks.levels, scale, zero - 8.0 * scale)
+    rounded = Q4Blocks(blocks.nibbles, scale, zero - 8.0 * scale)
     expected = F.linear(x.float(), torch.from_numpy(rounded.dequantize()), bias.float())
     assert out.dtype == torch.bfloat16 and out.shape == (5, 96)
     error = (out.float() - expected).norm() / expected.norm()
@@ -57,8 +59,8 @@ def test_int4_linear_multiplies_the_blocks_weights() -> None:
 
 def test_a_linear_refuses_blocks_of_another_shape() -> None:
     linear = Linear(64, 32, bias=False)
-    with pytest.raises(ValueError, match="4-bit blocks of shape"):
-        linear.use_int4(random_blocks(32, 32, seed=1))
+    with pytest.raises(ValueError, match=r"blocks of shape \(32, 32\) for a linear of shape \(32, 64\)"):
+        choose_method(linear.weight.detach(), random_blocks(32, 32, seed=1), LinearPlan(int4=True))
 
 
 PROJECTIONS = {  # fused module -> its checkpoint shards, in the order they are stacked
@@ -69,7 +71,11 @@ PROJECTIONS = {  # fused module -> its checkpoint shards, in the order they are 
 }
 
 
-def test_fused_projections_take_their_shards_in_order(tiny_model_dir: Callable[[str], Path]) -> None:
+def test_fused_projections_take_their_shards_in_order(
+    tiny_model_dir: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loaded with every linear dense (no packing), so that methods can be chosen here from its blocks.
+    monkeypatch.setattr(inference.loader, "packing_supported", lambda dtype: False)
     model = load_model(str(tiny_model_dir("qwen2")), dtype="bfloat16", device="cpu").model
     blocks: dict[str, Q4Blocks] = {}
     expected_weights: dict[str, torch.Tensor] = {}
@@ -85,13 +91,14 @@ def test_fused_projections_take_their_shards_in_order(tiny_model_dir: Callable[[
             for shard, part in zip(shards, parts, strict=True):
                 blocks[f"model.layers.{layer}.{shard}.weight"] = part
             expected_weights[f"{layer}.{fused}"] = torch.from_numpy(Q4Blocks.stack(parts).dequantize())
-    assert model.use_int4(blocks) == model.args.num_layers * len(PROJECTIONS)
+    counts = model.use_linear_methods(LinearPlan(int4=True), GGUFBlocks(blocks, None))
+    assert counts == {"int4": model.args.num_layers * len(PROJECTIONS), "dense": 1}  # + the tied head
     x = torch.randn(3, model.args.hidden_size).bfloat16()
     with torch.inference_mode():
         for layer, decoder_layer in enumerate(model.decoder_layers()):
             for fused in PROJECTIONS:
                 linear = decoder_layer.get_submodule(fused)
-                assert isinstance(linear, Linear) and linear.int4_weight is not None
+                assert isinstance(linear, Linear) and isinstance(linear.method, Int4Method)
                 inputs = (
                     x if linear.in_features == x.shape[1] else torch.randn(3, linear.in_features).bfloat16()
                 )
@@ -140,9 +147,10 @@ def test_q4_greedy_picks_what_fp32_ranks_first(
     """As for bf16: teacher-forced through HF fp32 over the dequantized weights, every greedy token of the
     4-bit model is fp32's top token or within a near tie (measured worst: 0.112); and the projections take
     3.2x less memory."""
-    linears = [m for m in q4_default.model.modules() if isinstance(m, Linear) and m.int4_weight is not None]
+    linears = [m for m in q4_default.model.modules() if isinstance(m, Linear)]
     assert len(linears) == 30 * 4  # fused QKV, O, fused gate-up, down in every layer
-    int4_bytes = sum(m.int4_weight.nbytes() for m in linears if m.int4_weight is not None)
+    assert all(isinstance(m.method, Int4Method) and m.weight.numel() == 0 for m in linears)
+    int4_bytes = sum(m.method.nbytes() for m in linears)
     bf16_bytes = sum(2 * m.in_features * m.out_features for m in linears)
     assert int4_bytes < 0.32 * bf16_bytes  # 4 bits + a bf16 scale and zero per 32 weights = 0.3125x
     # The embedding and the tied head (Q8_0 in the file) stay bf16: the whole model is ~0.55x.

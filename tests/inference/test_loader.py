@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference import gguf_convert
+from inference import EngineConfig, gguf_convert
+from inference.cache_dir import UnsafeCacheError
 from inference.device import resolve_dtype
 from inference.loader import (
     LoadedModel,
     ModelSourceError,
-    default_cache_dir,
     default_gguf_path,
+    load_from_config,
     load_model,
     resolve_source,
 )
@@ -98,14 +99,68 @@ def test_unsupported_architecture_lists_supported_ones(tmp_path: Path) -> None:
         load_model(str(tmp_path), device="cpu")
 
 
-def test_default_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("MOONCAKE_CACHE_DIR", raising=False)
-    monkeypatch.delenv("MOONCAKE_DATA", raising=False)
-    assert default_cache_dir() == Path("var") / "cache"
-    monkeypatch.setenv("MOONCAKE_DATA", str(tmp_path))
-    assert default_cache_dir() == tmp_path / "cache"
-    monkeypatch.setenv("MOONCAKE_CACHE_DIR", str(tmp_path / "c"))
-    assert default_cache_dir() == tmp_path / "c"
+def hf_folder(path: Path) -> Path:
+    """A folder that resolve_source takes for a Hugging Face model (nothing in it is loaded)."""
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    save_file({"x": torch.zeros(1)}, str(path / "model.safetensors"))
+    return path
+
+
+def test_a_source_is_confined_to_the_model_roots_at_load(tmp_path: Path) -> None:
+    """A link registered while it pointed inside the roots, then swapped to point outside, is refused when
+    the model loads; the bundled default is always allowed; None leaves sources unrestricted."""
+    roots = (str(tmp_path / "models"),)
+    inside = hf_folder(tmp_path / "models" / "real")
+    outside = hf_folder(tmp_path / "elsewhere")
+    link = tmp_path / "models" / "registered"
+    link.symlink_to(inside)
+    assert resolve_source(str(link), model_roots=roots) == inside.resolve()
+    link.unlink()
+    link.symlink_to(outside)
+    with pytest.raises(ModelSourceError, match="outside the allowed model roots"):
+        load_model(str(link), device="cpu", model_roots=roots)
+    with pytest.raises(ModelSourceError, match="outside the allowed model roots"):
+        load_from_config(EngineConfig(model=str(link), device="cpu", model_roots=roots))
+    assert resolve_source(str(link), model_roots=None).resolve() == outside
+    assert resolve_source("default", model_roots=()) == default_gguf_path()
+
+
+def test_a_model_folder_may_not_link_its_files_out_of_the_roots(tmp_path: Path) -> None:
+    roots = [str(tmp_path / "models")]
+    folder = hf_folder(tmp_path / "models" / "m")
+    secret = tmp_path / "elsewhere.safetensors"
+    secret.write_bytes(b"")
+    (folder / "extra.safetensors").symlink_to(secret)
+    with pytest.raises(ModelSourceError, match=r"elsewhere\.safetensors, outside"):
+        resolve_source(str(folder), model_roots=roots)
+
+
+def test_model_roots_come_from_yaml_lists_or_path_lists() -> None:
+    assert EngineConfig.from_dict({"model_roots": ["/a", "/b"]}).model_roots == ("/a", "/b")
+    assert EngineConfig.from_dict({"model_roots": "/a:/b"}).model_roots == ("/a", "/b")
+    assert EngineConfig(model_roots=["/a"]).model_roots == ("/a",)  # type: ignore[arg-type]
+    assert EngineConfig().model_roots is None
+
+
+def test_a_gguf_is_not_converted_into_a_cache_others_may_write(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)
+    with pytest.raises(UnsafeCacheError, match="writable by group or others"):
+        load_model("default", device="cpu", cache_dir=cache)
+    assert not (cache / "gguf").exists()
+
+
+def test_the_cache_is_created_private(tmp_path: Path) -> None:
+    cache = tmp_path / "new" / "cache"
+    blob = tmp_path / "blob.gguf"
+    blob.write_bytes(b"x" * 1000)
+    gguf_convert.file_sha256(blob, cache / "gguf")
+    assert (cache / "gguf").stat().st_mode & 0o777 == 0o700
+    assert [p.name for p in (cache / "gguf").iterdir()] == ["hash-memo.json"]  # no temp file left
 
 
 def test_unknown_dtype_is_refused() -> None:

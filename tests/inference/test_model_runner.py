@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inference.config import EngineConfig
 from inference.kv_cache import KVBudget, max_model_len_error
 from inference.loader import LoadedModel, load_model
 from inference.model_io import ScheduledChunk
@@ -147,14 +148,14 @@ def test_release_unbinds_the_cache(tiny: LoadedModel) -> None:
         r.execute([ScheduledChunk([1], 0, 1, [0])])
 
 
-def test_cpu_threads_follow_the_override(tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_threads_follow_the_config(tiny: LoadedModel) -> None:
     before = torch.get_num_threads()
     try:
-        monkeypatch.setenv("MOONCAKE_CPU_THREADS", "1")
-        runner(tiny)
+        runner(tiny, cpu_threads=1)
         assert torch.get_num_threads() == 1
-        monkeypatch.setenv("MOONCAKE_CPU_THREADS", "zero")
-        with pytest.raises(ValueError, match="MOONCAKE_CPU_THREADS"):
-            runner(tiny)
+        with pytest.raises(ValueError, match="cpu_threads"):
+            runner(tiny, cpu_threads=0)
+        with pytest.raises(ValueError, match="cpu_threads"):
+            EngineConfig(cpu_threads=0)
     finally:
         torch.set_num_threads(before)

@@ -14,6 +14,7 @@ from inference import SamplingParams
 from inference.device import fast_bf16_cpu, resolve_dtype
 from inference.loader import LoadedModel, load_model
 from inference.models.layers import Linear
+from inference.models.linear_method import DENSE, LinearPlan, PackedMethod, choose_method
 from inference.models.onednn import pack_weight, packed_linear, packing_supported
 from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
 from tests.inference.test_models import make_runner, run_schedule
@@ -47,12 +48,13 @@ def test_packed_linear_is_bitwise_plain_bf16(shape: tuple[int, ...]) -> None:
     assert torch.equal(out, F.linear(x, weight, bias))
 
 
-def test_linear_pack_drops_the_dense_weight() -> None:
+def test_a_packed_linear_drops_the_dense_weight() -> None:
     layer = Linear(96, 40, bias=False).bfloat16()
     x = torch.randn(4, 96).bfloat16()
     before = layer(x)
-    layer.pack()
-    assert layer.weight.numel() == 0 and layer.packed_weight is not None
+    assert choose_method(layer.weight.detach(), None, LinearPlan()) is DENSE
+    layer.use(choose_method(layer.weight.detach(), None, LinearPlan(pack=True)))
+    assert layer.weight.numel() == 0 and isinstance(layer.method, PackedMethod)
     assert torch.equal(layer(x), before)
 
 
@@ -66,7 +68,8 @@ def test_loading_in_bf16_packs_without_changing_logits(
     monkeypatch.setattr(inference.loader, "packing_supported", lambda dtype: False)
     plain = load_model(str(model_dir), dtype="bfloat16", device="cpu")
     linears = [m for m in packed.model.modules() if isinstance(m, Linear)]
-    assert linears and all((m.packed_weight is not None) == PACKS for m in linears)
+    assert linears and all(isinstance(m.method, PackedMethod) == PACKS for m in linears)
+    assert all(m.method is DENSE for m in plain.model.modules() if isinstance(m, Linear))
     assert packed.num_params == plain.num_params
     # Packed weights are not parameters, but they still count toward the model's memory.
     tied_head_copy = 512 * 64 * 2 if PACKS and packed.model.lm_head is None else 0

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,16 +9,24 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inference import SamplingParams
-from inference.gguf_q4 import read_blocks
-from inference.loader import LoadedModel, default_gguf_path, load_model
-from inference.models import q4_decode
-from inference.models.int4 import GROUP, Q4Blocks
+from inference import EngineConfig, SamplingParams
+from inference.gguf_blocks import GROUP, Q4Blocks, Q8Blocks, read_blocks
+from inference.loader import LoadedModel, default_gguf_path, load_from_config, load_model
+from inference.models import kernel_build
 from inference.models.layers import Linear
-from inference.models.q4_decode import Q8Blocks, decode_weight, eligible, matches, max_rows, q4_linear
+from inference.models.linear_method import DENSE, GGUFDecodeMethod, PackedMethod
+from inference.models.onednn import packing_supported
+from inference.models.q4_decode import (
+    DecodeWeight,
+    Q4Kernel,
+    decode_weight,
+    eligible,
+    load_kernel,
+    matches,
+)
 from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
 
-CPU_SUPPORTED = q4_decode._cpu_supported()
+CPU_SUPPORTED = kernel_build.cpu_supported()
 needs_kernel = pytest.mark.skipif(not CPU_SUPPORTED, reason="the Q4 decode kernel needs AVX512-BF16")
 
 
@@ -29,7 +34,7 @@ def gguf_like_blocks(out_features: int, in_features: int, seed: int) -> Q4Blocks
     """Levels with fp16-representable scales and minimums, as a GGUF stores them."""
     rng = np.random.default_rng(seed)
     groups = in_features // GROUP
-    return Q4Blocks(
+    return Q4Blocks.from_levels(
         rng.integers(0, 16, (out_features, in_features), dtype=np.uint8),
         rng.uniform(0.001, 0.03, (out_features, groups)).astype(np.float16).astype(np.float32),
         rng.normal(0, 0.1, (out_features, groups)).astype(np.float16).astype(np.float32),
@@ -51,49 +56,47 @@ def dense_bf16(blocks: Q4Blocks | Q8Blocks) -> torch.Tensor:
     return torch.from_numpy(blocks.dequantize()).to(torch.bfloat16)
 
 
-def test_the_kernel_builds_wherever_the_cpu_can_run_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A missing compiler or ninja must fail here, not turn into a silent fallback on a capable CPU."""
-    monkeypatch.delenv("MOONCAKE_Q4_DECODE", raising=False)
-    q4_decode.kernel_available.cache_clear()
-    try:
-        assert q4_decode.kernel_available() == CPU_SUPPORTED
-        monkeypatch.setenv("MOONCAKE_Q4_DECODE", "0")
-        q4_decode.kernel_available.cache_clear()
-        assert not q4_decode.kernel_available()
-    finally:
-        monkeypatch.delenv("MOONCAKE_Q4_DECODE")
-        q4_decode.kernel_available.cache_clear()
+@pytest.fixture(scope="module")
+def kernel(test_cache_dir: Path) -> Q4Kernel:
+    loaded = load_kernel(test_cache_dir)
+    assert loaded is not None
+    return loaded
+
+
+def test_the_kernel_builds_wherever_the_cpu_can_run_it(test_cache_dir: Path) -> None:
+    """A missing compiler must fail here, not turn into a silent fallback on a capable CPU."""
+    assert (load_kernel(test_cache_dir) is not None) == CPU_SUPPORTED
 
 
 @needs_kernel
 @pytest.mark.parametrize("kind", sorted(BLOCKS))
-def test_one_hot_rows_read_every_weight_bit_for_bit(kind: str) -> None:
+def test_one_hot_rows_read_every_weight_bit_for_bit(kernel: Q4Kernel, kind: str) -> None:
     """Nibble order, block pairs, both paths (registers up to 2 rows, AMX tiles above where the CPU has
     them) and the ragged last row group: x = e_k returns column k of bf16(d * q + m)."""
-    assert q4_decode.kernel_available()
     blocks = BLOCKS[kind](37, 192, 0)
     weight, dense = decode_weight(blocks), dense_bf16(blocks)
-    for rows in sorted({1, 2, 3, 4, max_rows()}):
+    for rows in sorted({1, 2, 3, 4, kernel.max_rows}):
         for start in range(0, 192, rows):
             columns = [c % 192 for c in range(start, start + rows)]
             one_hot = torch.zeros(rows, 192, dtype=torch.bfloat16)
             one_hot[range(rows), columns] = 1
-            assert torch.equal(q4_linear(one_hot, weight, None), dense[:, columns].T), f"{rows} rows"
+            assert torch.equal(kernel.linear(one_hot, weight, None), dense[:, columns].T), f"{rows} rows"
 
 
 @needs_kernel
 @pytest.mark.parametrize("kind", sorted(BLOCKS))
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 9, 16])
-def test_the_product_is_the_bf16_linears_up_to_accumulation_order(kind: str, rows: int) -> None:
-    assert q4_decode.kernel_available()
-    if rows > max_rows():
+def test_the_product_is_the_bf16_linears_up_to_accumulation_order(
+    kernel: Q4Kernel, kind: str, rows: int
+) -> None:
+    if rows > kernel.max_rows:
         pytest.skip("more than 4 rows need AMX tiles")
     blocks = BLOCKS[kind](130, 576, rows)
     dense = dense_bf16(blocks)
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 576, generator=gen).bfloat16()
     bias = torch.randn(130, generator=gen).bfloat16()
-    out = q4_linear(x, decode_weight(blocks), bias)
+    out = kernel.linear(x, decode_weight(blocks), bias)
     assert out.dtype == torch.bfloat16 and out.shape == (rows, 130)
     exact = x.float() @ dense.float().T + bias.float()
     # One rounding to bf16 at the end, as F.linear: within half a bf16 step of the fp32 product.
@@ -103,38 +106,38 @@ def test_the_product_is_the_bf16_linears_up_to_accumulation_order(kind: str, row
 
 
 @needs_kernel
-def test_without_amx_the_register_path_takes_up_to_four_rows(tmp_path: Path) -> None:
-    """MOONCAKE_Q4_AMX=0 (as on an AVX512-BF16 CPU without AMX): 3 and 4 rows go through registers."""
-    script = tmp_path / "registers.py"
-    script.write_text(
-        "import torch\n"
-        "from inference.models import q4_decode\n"
-        "from tests.inference.test_q4_decode import BLOCKS, dense_bf16\n"
-        "assert q4_decode.kernel_available() and q4_decode.max_rows() == 4\n"
-        "for kind, make in sorted(BLOCKS.items()):\n"
-        "    blocks = make(21, 128, 5)\n"
-        "    weight, dense = q4_decode.decode_weight(blocks), dense_bf16(blocks)\n"
-        "    for rows in (3, 4):\n"
-        "        one_hot = torch.eye(128, dtype=torch.bfloat16)[:rows]\n"
-        "        assert torch.equal(q4_decode.q4_linear(one_hot, weight, None), dense[:, :rows].T), kind\n"
-        "print('ok')\n"
-    )
-    env = {**os.environ, "MOONCAKE_Q4_AMX": "0", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    result = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+def test_without_amx_the_register_path_takes_up_to_four_rows(test_cache_dir: Path) -> None:
+    """q4_amx off (as on an AVX512-BF16 CPU without AMX): 3 and 4 rows go through registers, in the same
+    process as a kernel handle that may use the tiles."""
+    registers = load_kernel(test_cache_dir, amx=False)
+    assert registers is not None and not registers.amx and registers.max_rows == 4
+    for kind, make in sorted(BLOCKS.items()):
+        blocks = make(21, 128, 5)
+        weight, dense = decode_weight(blocks), dense_bf16(blocks)
+        for rows in (3, 4):
+            one_hot = torch.eye(128, dtype=torch.bfloat16)[:rows]
+            assert torch.equal(registers.linear(one_hot, weight, None), dense[:, :rows].T), kind
+        with pytest.raises(RuntimeError, match="1 to 4 rows"):
+            registers.linear(torch.zeros(5, 128, dtype=torch.bfloat16), weight, None)
 
 
 @needs_kernel
-def test_the_kernel_refuses_what_it_cannot_multiply() -> None:
-    assert q4_decode.kernel_available()
+def test_the_kernel_refuses_what_it_cannot_multiply(kernel: Q4Kernel) -> None:
     blocks = gguf_like_blocks(8, 128, seed=1)
     weight = decode_weight(blocks)
-    with pytest.raises(RuntimeError, match=f"1 to {max_rows()} rows"):
-        q4_linear(torch.zeros(max_rows() + 1, 128, dtype=torch.bfloat16), weight, None)
+    with pytest.raises(RuntimeError, match=f"1 to {kernel.max_rows} rows"):
+        kernel.linear(torch.zeros(kernel.max_rows + 1, 128, dtype=torch.bfloat16), weight, None)
     with pytest.raises(RuntimeError, match="bf16"):
-        q4_linear(torch.zeros(1, 128), weight, None)
+        kernel.linear(torch.zeros(1, 128), weight, None)
+
+
+def test_the_kernel_takes_the_files_nibbles_as_they_are() -> None:
+    """No unpack-and-repack: the kernel's Q4 levels are the very bytes the blocks hold, as ggml packs them."""
+    blocks = gguf_like_blocks(8, 128, seed=4)
+    assert np.shares_memory(decode_weight(blocks).levels.numpy(), blocks.nibbles)
+    levels = blocks.unpack_levels()
+    assert levels.shape == (8, 128) and np.array_equal(blocks.nibbles[:, :16] & 0x0F, levels[:, :16])
+    assert np.array_equal(blocks.nibbles[:, :16] >> 4, levels[:, 16:32])  # a block's second 16: high nibbles
 
 
 def test_the_default_gguf_q8_embedding_is_read_exactly(default_model_dir: Path) -> None:
@@ -160,22 +163,30 @@ def test_only_exact_block_pairs_are_taken() -> None:
     assert not matches(blocks, dense.float())
 
 
-def test_a_linear_reads_its_blocks_only_for_small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+class SpyKernel:
+    """Stands in for Q4Kernel: records the rows of each call it takes."""
+
+    max_rows = 4
+
+    def __init__(self, dense: torch.Tensor) -> None:
+        self.dense, self.calls = dense, list[int]()
+
+    def linear(self, x: torch.Tensor, weight: DecodeWeight, bias: torch.Tensor | None) -> torch.Tensor:
+        self.calls.append(x.numel() // x.shape[-1])
+        return F.linear(x, self.dense)
+
+
+def test_a_linear_reads_its_blocks_only_for_small_batches() -> None:
     blocks = gguf_like_blocks(64, 128, seed=3)
     linear = Linear(128, 64, bias=False).bfloat16()
     linear.weight.data.copy_(dense_bf16(blocks))
-    linear.q4_decode = decode_weight(blocks)
-    monkeypatch.setattr("inference.models.layers.max_rows", lambda: 4)
-    calls: list[int] = []
-
-    def spy(x: torch.Tensor, weight: object, bias: object) -> torch.Tensor:
-        calls.append(x.numel() // 128)
-        return F.linear(x, linear.weight)
-
-    monkeypatch.setattr("inference.models.layers.q4_linear", spy)
+    spy = SpyKernel(linear.weight.detach().clone())
+    linear.use(GGUFDecodeMethod(decode_weight(blocks), spy, DENSE))  # type: ignore[arg-type]
+    assert linear.weight.numel() == 64 * 128  # a dense fallback keeps the dense weight
     linear(torch.randn(2, 2, 128).bfloat16())
-    linear(torch.randn(5, 128).bfloat16())
-    assert calls == [4]
+    larger = torch.randn(5, 128).bfloat16()
+    assert torch.equal(linear(larger), F.linear(larger, spy.dense))  # 5 rows: the fallback
+    assert spy.calls == [4]
 
 
 @pytest.fixture(scope="module")
@@ -193,10 +204,13 @@ def test_the_default_model_in_bf16_decodes_small_batches_from_its_q4_blocks(
     """Every projection's bf16 weight is its Q4_1 block's values (checked bit for bit at load), and greedy
     picks of one stream (registers) and of eight (AMX tiles, where there are) stay on what fp32 ranks
     first, as the packed bf16 path's do (measured worst: 0.160 either way, at 1, 3, 8 and 16 sequences)."""
-    linears = [m for m in bf16_from_gguf.model.modules() if isinstance(m, Linear)]
-    assert len(linears) == 30 * 4 and all(m.q4_decode is not None for m in linears)
-    assert all(m.packed_weight is not None for m in linears)  # larger batches stay on oneDNN
-    assert bf16_from_gguf.model._head_decode is not None  # the tied head, from its Q8_0 embedding
+    methods = [m.method for m in bf16_from_gguf.model.modules() if isinstance(m, Linear)]
+    assert len(methods) == 30 * 4 and all(isinstance(m, GGUFDecodeMethod) for m in methods)
+    # Larger batches stay on oneDNN; batches up to 16 rows (4 without AMX) read the blocks.
+    assert all(isinstance(m, GGUFDecodeMethod) and isinstance(m.fallback, PackedMethod) for m in methods)
+    assert all(isinstance(m, GGUFDecodeMethod) and m.kernel.max_rows in (4, 16) for m in methods)
+    head = bf16_from_gguf.model.tied_head
+    assert isinstance(head, GGUFDecodeMethod)  # the tied head, from its Q8_0 embedding
     all_prompts = prompts(bf16_from_gguf.tokenizer)
     engine = make_engine(bf16_from_gguf, dtype="bfloat16", max_num_seqs=num_seqs)
     outputs = engine.generate(all_prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))
@@ -206,4 +220,17 @@ def test_the_default_model_in_bf16_decodes_small_batches_from_its_q4_blocks(
 
 def test_fp32_and_folders_never_take_the_path(default_loaded: LoadedModel) -> None:
     """The fp32 oracle model (loaded from the converted folder) has no 4-bit copies."""
-    assert not any(getattr(m, "q4_decode", None) is not None for m in default_loaded.model.modules())
+    methods = [m.method for m in default_loaded.model.modules() if isinstance(m, Linear)]
+    assert methods and all(m is DENSE for m in methods)
+
+
+@needs_kernel
+def test_the_config_turns_the_path_off_or_keeps_it_off_amx(test_cache_dir: Path) -> None:
+    """EngineConfig.q4_decode off: every linear packed; q4_amx off: the kernel takes at most 4 rows."""
+    config = EngineConfig(dtype="bfloat16", device="cpu", cache_dir=str(test_cache_dir), q4_decode=False)
+    off = load_from_config(config).model
+    assert not any(isinstance(getattr(m, "method", None), GGUFDecodeMethod) for m in off.modules())
+    assert isinstance(off.tied_head, PackedMethod) == packing_supported(torch.bfloat16)
+    config = EngineConfig(dtype="bfloat16", device="cpu", cache_dir=str(test_cache_dir), q4_amx=False)
+    head = load_from_config(config).model.tied_head
+    assert isinstance(head, GGUFDecodeMethod) and not head.kernel.amx and head.kernel.max_rows == 4

@@ -14,9 +14,11 @@ from inference import (
     ModelManager,
     NoModelLoadedError,
     PromptTooLongError,
+    RequestFailedError,
     RequestOutput,
     SamplingParams,
 )
+from inference.handover import adopt_all, hand_over
 from tests.inference.fakes import reference_greedy, slow_async_engine
 from tests.inference.test_async_engine import wait_for
 
@@ -59,11 +61,11 @@ async def start_five(engine: AsyncEngine, params: SamplingParams) -> list[Consum
 async def test_queued_requests_finish_on_the_successor_through_their_iterators() -> None:
     old, new = slow_async_engine(), slow_async_engine(max_num_seqs=4)
     consumers = await start_five(old, SHORT)
-    queued = await asyncio.to_thread(old.hand_over, drain_timeout=5.0)
+    queued = await asyncio.to_thread(hand_over, old, drain_timeout=5.0)
     assert [q.request_id for q in queued] == ["r2", "r3", "r4"]
     assert used_blocks(old) == 0 and old.stats().requests_total == 2
     assert all(c.outputs and c.outputs[-1].finished for c in consumers[:2])  # drained, not aborted
-    new.adopt(queued)
+    adopt_all(new, queued)
     for consumer, prompt in zip(consumers, PROMPTS, strict=True):
         outputs = await consumer.result()
         assert outputs[-1].finished and outputs[-1].outputs[0].finish_reason == "length"
@@ -76,12 +78,12 @@ async def test_queued_requests_finish_on_the_successor_through_their_iterators()
 async def test_drain_timeout_aborts_running_and_keeps_queued() -> None:
     old, new = slow_async_engine(), slow_async_engine()
     consumers = await start_five(old, LONG)
-    queued = await asyncio.to_thread(old.hand_over, drain_timeout=0.05)
+    queued = await asyncio.to_thread(hand_over, old, drain_timeout=0.05)
     assert len(queued) == 3 and used_blocks(old) == 0
     for consumer in consumers[:2]:
         outputs = await consumer.result()
         assert outputs[-1].finished and outputs[-1].outputs[0].finish_reason == "abort"
-    new.adopt(queued)
+    adopt_all(new, queued)
     await wait_for(lambda: new.stats().num_running == 2)
     for consumer in consumers[2:]:
         consumer.task.cancel()  # the abort must reach the new owner, not the stopped engine
@@ -94,8 +96,8 @@ async def test_drain_timeout_aborts_running_and_keeps_queued() -> None:
 async def test_closing_an_adopted_iterator_aborts_on_the_new_engine() -> None:
     old, new = slow_async_engine(), slow_async_engine()
     consumers = await start_five(old, SHORT)
-    queued = await asyncio.to_thread(old.hand_over, drain_timeout=5.0)
-    new.adopt(queued)
+    queued = await asyncio.to_thread(hand_over, old, drain_timeout=5.0)
+    adopt_all(new, queued)
     adopted = consumers[2]
     await wait_for(lambda: bool(adopted.outputs))
     adopted.task.cancel()  # the consumer goes away mid-stream
@@ -111,10 +113,10 @@ async def test_closing_an_adopted_iterator_aborts_on_the_new_engine() -> None:
 async def test_a_consumer_gone_before_adoption_is_not_adopted() -> None:
     old, new = slow_async_engine(), slow_async_engine()
     consumers = await start_five(old, SHORT)
-    queued = await asyncio.to_thread(old.hand_over, drain_timeout=5.0)
+    queued = await asyncio.to_thread(hand_over, old, drain_timeout=5.0)
     consumers[4].task.cancel()
     await asyncio.gather(consumers[4].task, return_exceptions=True)
-    new.adopt(queued)
+    adopt_all(new, queued)
     for consumer in consumers[2:4]:
         assert (await consumer.result())[-1].finished
     assert new.stats().requests_total == 2
@@ -129,11 +131,37 @@ async def test_a_prompt_that_no_longer_fits_gets_prompt_too_long() -> None:
     fits = Consumer(old, [1, 2], SHORT, "fits")
     too_long = Consumer(old, long_prompt, SHORT, "too-long")
     await wait_for(lambda: old.stats().num_waiting == 2)
-    queued = await asyncio.to_thread(old.hand_over, drain_timeout=0.0)
-    new.adopt(queued)
+    queued = await asyncio.to_thread(hand_over, old, drain_timeout=0.0)
+    adopt_all(new, queued)
     with pytest.raises(PromptTooLongError):
         await too_long.result()
     assert (await fits.result())[-1].outputs[0].token_ids == reference_greedy([1, 2], 6)
+    for consumer in runners:
+        assert (await consumer.result())[-1].outputs[0].finish_reason == "abort"
+    new.shutdown()
+
+
+async def test_a_text_prompt_is_encoded_again_by_the_successor_and_fails_alone_if_it_cannot_be() -> None:
+    old, new = slow_async_engine(), slow_async_engine()
+    runners = [Consumer(old, PROMPTS[i], LONG, f"run{i}") for i in range(2)]
+    await wait_for(lambda: old.stats().num_running == 2)
+    text = Consumer(old, "hi", SHORT, "text")
+    broken = Consumer(old, "\N{SNOWMAN}", SHORT, "broken")
+    await wait_for(lambda: old.stats().num_waiting == 2)
+    encode = new.text.encode
+
+    def snowman_breaks(prompt: str | list[int]) -> list[int]:
+        if prompt == "\N{SNOWMAN}":
+            raise RuntimeError("this tokenizer cannot encode a snowman")
+        return encode(prompt)
+
+    new.text.encode = snowman_breaks  # type: ignore[method-assign]
+    queued = await asyncio.to_thread(hand_over, old, drain_timeout=0.0)
+    assert [q.request_id for q in queued] == ["text", "broken"]
+    adopt_all(new, queued)
+    with pytest.raises(RequestFailedError):
+        await broken.result()
+    assert (await text.result())[-1].outputs[0].token_ids == reference_greedy(list(b"hi"), 6)
     for consumer in runners:
         assert (await consumer.result())[-1].outputs[0].finish_reason == "abort"
     new.shutdown()

@@ -129,7 +129,7 @@ def test_restart_drains_running_and_moves_queued_to_the_new_engine(default_loade
         assert old.stats().requests_total == 2 and old.stats().finished_by_reason == {"length": 2}
         assert idle(old)
         await wait_for(lambda: idle(new) and new.stats().finished_by_reason == {"length": 3})
-        assert new.stats().requests_total == 3 and not new._streams and not old._streams
+        assert new.stats().requests_total == 3 and not new._worker._busy() and not old._worker._busy()
         info = manager.list()[0]
         assert info.state == "loaded" and info.requests_served == NUM_REQUESTS
 

@@ -39,6 +39,14 @@ def test_logit_bias_forces_a_token():
     assert result.token_ids == [7]
 
 
+def test_logit_bias_tensors_are_built_once_per_request():
+    root = seq(SamplingParams(logit_bias={3: 5.0, 7: -100.0}))
+    ids, values = root.logit_bias
+    assert ids.tolist() == [3, 7] and values.tolist() == [5.0, -100.0]
+    assert root.fork(1).logit_bias[0] is ids  # n > 1 siblings share the root's tensors
+    assert seq(SamplingParams()).logit_bias is None
+
+
 def test_min_tokens_masks_eos_and_stop_ids():
     x = logits()
     x[0, 0] = 50.0

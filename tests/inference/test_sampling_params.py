@@ -103,11 +103,3 @@ def test_stop_strings_are_capped_in_number_and_length():
         SamplingParams(stop=["x" * 500_000])
     with pytest.raises(ValueError, match="at most"):
         SamplingParams(stop=[str(i) for i in range(MAX_STOP_STRINGS + 1)])
-
-
-def test_logit_bias_tensors_are_built_once_per_request():
-    params = SamplingParams(logit_bias={3: 5.0, 7: -100.0})
-    ids, values = params.logit_bias_tensors()
-    assert ids.tolist() == [3, 7] and values.tolist() == [5.0, -100.0]
-    assert params.logit_bias_tensors()[0] is ids
-    assert SamplingParams().logit_bias_tensors() is None

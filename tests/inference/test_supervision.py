@@ -90,7 +90,7 @@ def test_a_dead_engine_is_restarted_and_serves_again():
         return [o async for o in second.generate([1, 2, 3], GREEDY)][-1].outputs[0].token_ids
 
     assert asyncio.run(serve()) == reference_greedy([1, 2, 3], 4)
-    assert not first._thread.is_alive()  # the dead engine was shut down and joined
+    assert not first._worker.is_alive()  # the dead engine was shut down and joined
     manager.unload("m")
 
 

@@ -1,7 +1,7 @@
 """Triton paged decode and KV store against plain attention; the Triton backend against the torch one.
 
 Without a GPU these run in Triton's CPU interpreter (tests/inference/conftest.py), which emulates fp32
-and fp16 dots but not bf16 ones; bench/gpu_check.py checks bf16 on CUDA.
+and fp16 dots but not bf16 ones; bench/gpu_check.sh checks bf16 on CUDA.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A fake AsyncEngine and ModelManager with the contract's surface, for web-layer tests.
+"""A fake engine (an `inference.api.EngineClient`) and ModelManager, for web-layer tests.
 
     engine = FakeEngine(script="Hello there, friend.")
     manager = FakeModelManager.with_engine(engine)      # or the `fake_manager` fixture in tests/conftest.py
@@ -12,14 +12,15 @@ strings, stop_token_ids and n, raises the engine's own exceptions, and records c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from inference import (
+from inference.api import (
     CompletionOutput,
     EngineDeadError,
     EngineHealth,
@@ -84,6 +85,7 @@ class FakeEngine:
         model_name: str = "fake-model",
         script: str = "Hello! I am a fake model used in tests.",
         max_model_len: int = 2048,
+        max_queue_len: int = 256,
         state: Literal["loading", "ready", "dead"] = "ready",
         error: str | None = None,
         token_delay: float = 0.0,
@@ -91,23 +93,36 @@ class FakeEngine:
         self.model_name = model_name
         self.script = script
         self.max_model_len = max_model_len
+        self.max_queue_len = max_queue_len
         self.state: Literal["loading", "ready", "dead"] = state
         self.error = error
         self.token_delay = token_delay
         self.queue_full = False
         self.tokenizer = FakeTokenizer()
         self.eos_token_ids = {EOS_TOKEN_ID}
+        self.memory_bytes = 0
+        self.kv_capacity_tokens = max_model_len * 4
+        self.model_details: dict[str, Any] = {
+            "architecture": "FakeForCausalLM",
+            "num_params": 1_000,
+            "dtype": "float32",
+            "size_on_disk": 4_000,
+        }
         self.calls: list[tuple[str | list[int], SamplingParams, str]] = []
         self.aborted: list[str] = []
         self.finished: list[str] = []
         self.running: set[str] = set()
         self.shutdown_calls: list[float] = []
         self._stats = EngineStats(
-            kv_capacity_tokens=max_model_len * 4,
+            kv_capacity_tokens=self.kv_capacity_tokens,
             histograms={k: Histogram(HISTOGRAM_BUCKETS) for k in HISTOGRAM_NAMES},
         )
 
     # ---- contract surface -------------------------------------------------------------------------
+    def expect(self) -> contextlib.nullcontext[None]:
+        """No burst gathering to announce requests to: a no-op notice."""
+        return contextlib.nullcontext()
+
     def apply_chat_template(
         self,
         messages: list[dict[str, Any]],
@@ -129,7 +144,8 @@ class FakeEngine:
         *,
         request_id: str | None = None,
         priority: int = 0,
-    ) -> AsyncIterator[RequestOutput]:
+    ) -> AsyncGenerator[RequestOutput, None]:
+        # An async generator, as AsyncEngine's: the checks below run at the first anext().
         request_id = request_id or uuid.uuid4().hex
         if self.state == "dead":
             raise EngineDeadError(self.error or "the fake engine is dead")
@@ -142,7 +158,12 @@ class FakeEngine:
                 f"{len(prompt_ids)} prompt tokens + max_tokens={params.max_tokens} > {self.max_model_len}"
             )
         self.calls.append((prompt, params, request_id))
-        return self._stream(request_id, prompt, prompt_ids, params)
+        stream = self._stream(request_id, prompt, prompt_ids, params)
+        try:
+            async for out in stream:
+                yield out
+        finally:
+            await stream.aclose()  # closing this generator (an abort) reaches the stream's cleanup now
 
     async def abort(self, request_id: str) -> None:
         if request_id in self.running:
@@ -180,7 +201,7 @@ class FakeEngine:
 
     async def _stream(
         self, request_id: str, prompt: str | list[int], prompt_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[RequestOutput]:
+    ) -> AsyncGenerator[RequestOutput, None]:
         script_ids = [*self.tokenizer.encode(self.script), EOS_TOKEN_ID]
         limit = params.max_tokens if params.max_tokens is not None else self.max_model_len - len(prompt_ids)
         generated: list[list[int]] = [[] for _ in range(params.n)]

@@ -12,6 +12,7 @@ from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 
 from webapp.api.errors import APIError, ErrorType
+from webapp.api.views import router
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +24,7 @@ api = NinjaAPI(
     docs_url=None,  # webapp.api.docs serves a page without CDN assets
     urls_namespace="api",
 )
+api.add_router("", router)
 
 
 def _location(loc: list[Any] | tuple[Any, ...]) -> str | None:
@@ -84,6 +86,3 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("unhandled error in %s", request.path)
     return APIError(500, "Internal server error.", type="server_error").response()
 
-
-# Routes register themselves on import.
-from webapp.api import views  # noqa: E402, F401

@@ -1,4 +1,4 @@
-"""OpenAI-shaped API errors (DESIGN.md §3): one exception type, rendered in one place."""
+"""OpenAI-shaped API errors: one exception type, rendered in one place."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from django.http import HttpResponse
 
-from inference import (
+from inference.api import (
     EngineDeadError,
     EngineError,
     NoModelLoadedError,

@@ -6,8 +6,8 @@ import asyncio
 
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
+from ninja import Router
 
-from webapp.api.api import api
 from webapp.api.auth import authenticate
 from webapp.api.errors import APIError
 from webapp.api.schemas.chat import ChatCompletionRequest, ChatCompletionResponse
@@ -29,8 +29,10 @@ from webapp.api.services.tokenize import detokenize, tokenize
 
 ERRORS: dict[int, type[ErrorResponse]] = {code: ErrorResponse for code in (400, 401, 404, 429, 500, 503)}
 
+router = Router()
 
-@api.post(
+
+@router.post(
     "/v1/chat/completions",
     response={200: ChatCompletionResponse, **ERRORS},
     tags=["chat"],
@@ -47,7 +49,7 @@ async def chat_completions(request: HttpRequest, payload: ChatCompletionRequest)
     )
 
 
-@api.post(
+@router.post(
     "/v1/completions",
     response={200: CompletionResponse, **ERRORS},
     tags=["completions"],
@@ -64,13 +66,13 @@ async def completions(request: HttpRequest, payload: CompletionRequest) -> HttpR
     )
 
 
-@api.get("/v1/models", response={200: ModelList, **ERRORS}, tags=["models"], summary="List models")
+@router.get("/v1/models", response={200: ModelList, **ERRORS}, tags=["models"], summary="List models")
 async def list_models(request: HttpRequest) -> ModelList:
     await authenticate(request)
     return ModelList(data=await asyncio.to_thread(model_cards))
 
 
-@api.get(
+@router.get(
     "/v1/models/{model_id}", response={200: ModelCard, **ERRORS}, tags=["models"], summary="Retrieve a model"
 )
 async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
@@ -87,7 +89,7 @@ async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
     return card
 
 
-@api.post(
+@router.post(
     "/tokenize",
     response={200: TokenizeResponse, **ERRORS},
     tags=["tokenizer"],
@@ -98,7 +100,7 @@ async def tokenize_view(request: HttpRequest, payload: TokenizeRequest) -> Token
     return await tokenize(payload)
 
 
-@api.post(
+@router.post(
     "/detokenize",
     response={200: DetokenizeResponse, **ERRORS},
     tags=["tokenizer"],

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from inference.api import (
+    EngineDeadError,
+    NoModelLoadedError,
+    PromptTooLongError,
+    QueueFullError,
+    RequestFailedError,
+    UnknownModelError,
+)
+
 
 class ChatError(Exception):
     """An error shown inline in the chat; the typed message stays in the composer."""
@@ -22,16 +31,6 @@ def too_long(num_tokens: int, limit: int) -> ChatError:
 
 def from_engine(exc: BaseException, *, model: str, loading: bool = False) -> ChatError:
     """Map an engine exception to the sentence the user sees."""
-    # Imported here so URL loading (manage.py, Celery) does not pull in torch.
-    from inference import (
-        EngineDeadError,
-        NoModelLoadedError,
-        PromptTooLongError,
-        QueueFullError,
-        RequestFailedError,
-        UnknownModelError,
-    )
-
     if isinstance(exc, PromptTooLongError):
         return ChatError("context_too_long", f"This conversation is too long for the model: {exc}")
     if isinstance(exc, NoModelLoadedError) and loading:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from webapp.chat.selectors import available_models
+from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 
 class RenameForm(forms.Form):
@@ -16,9 +17,10 @@ class SettingsForm(forms.Form):
         required=False, max_length=32_000, widget=forms.Textarea(attrs={"rows": 3})
     )
     model = forms.CharField(required=False, max_length=200)
-    temperature = forms.FloatField(min_value=0.0, max_value=2.0)
-    top_p = forms.FloatField(min_value=0.01, max_value=1.0)
-    max_tokens = forms.IntegerField(min_value=1, max_value=32_768)
+    temperature = forms.FloatField(min_value=TEMPERATURE.low, max_value=TEMPERATURE.high)
+    # min_value renders the browser's floor; the validator refuses 0 itself (top_p's bound is open).
+    top_p = forms.FloatField(min_value=TOP_P.low, max_value=TOP_P.high, validators=[TOP_P.validator()])
+    max_tokens = forms.IntegerField(min_value=CHAT_REPLY_TOKENS.low, max_value=CHAT_REPLY_TOKENS.high)
 
     def clean_model(self) -> str:
         model: str = self.cleaned_data["model"]

@@ -13,18 +13,16 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from inference.api import EngineClient, EngineError, SamplingParams
 from webapp.chat import errors, events, selectors, services
 from webapp.chat.models import Conversation, Message
 from webapp.chat.titles import TitleWriter
 from webapp.core.engine import get_engine
-
-if TYPE_CHECKING:
-    from inference import SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ class RunningReply:
     conversation_id: int
     message: Message
     request_id: str
-    engine: Any
+    engine: EngineClient
     task: asyncio.Task[None] | None = None
     finishing: bool = False
     started: float = field(default_factory=time.monotonic)
@@ -63,7 +61,7 @@ class GenerationService:
         async with self._reservation(conversation):
             engine = await self._engine(conversation)
             history = await database_sync_to_async(selectors.prompt_messages)(conversation=conversation)
-            prompt_ids = self._check_prompt(engine, [*history, {"role": "user", "content": content}])
+            prompt_ids = await self._check_prompt(engine, [*history, {"role": "user", "content": content}])
             try:
                 message = await database_sync_to_async(services.user_message_create)(
                     conversation=conversation, content=content
@@ -85,7 +83,7 @@ class GenerationService:
             history = await database_sync_to_async(selectors.prompt_messages)(
                 conversation=conversation, before_id=message_id
             )
-            prompt_ids = self._check_prompt(engine, [*history, {"role": "user", "content": content}])
+            prompt_ids = await self._check_prompt(engine, [*history, {"role": "user", "content": content}])
             try:
                 message, removed = await database_sync_to_async(services.user_message_edit)(
                     conversation=conversation, message_id=message_id, content=content
@@ -108,7 +106,7 @@ class GenerationService:
             history = await database_sync_to_async(selectors.prompt_messages)(
                 conversation=conversation, before_id=before
             )
-            prompt_ids = self._check_prompt(engine, history)
+            prompt_ids = await self._check_prompt(engine, history)
             try:
                 removed = await database_sync_to_async(services.last_reply_remove)(conversation=conversation)
             except ValueError as exc:
@@ -156,24 +154,21 @@ class GenerationService:
             raise errors.RATE_LIMITED
         recent.append(now)
 
-    async def _engine(self, conversation: Conversation) -> Any:
-        from inference import EngineError
-
+    async def _engine(self, conversation: Conversation) -> EngineClient:
         try:
             return await get_engine(conversation.model or None)
         except EngineError as exc:
             loading = await asyncio.to_thread(selectors.model_is_loading, conversation.model)
             raise errors.from_engine(exc, model=conversation.model, loading=loading) from exc
 
-    def _check_prompt(self, engine: Any, messages: list[dict[str, str]]) -> list[int]:
-        prompt_ids: list[int] = list(engine.apply_chat_template(messages))
+    async def _check_prompt(self, engine: EngineClient, messages: list[dict[str, str]]) -> list[int]:
+        # Templating and tokenizing a long history is CPU work: keep it off the event loop.
+        prompt_ids: list[int] = list(await asyncio.to_thread(engine.apply_chat_template, messages))
         if len(prompt_ids) >= engine.max_model_len:
             raise errors.too_long(len(prompt_ids), engine.max_model_len)
         return prompt_ids
 
-    async def _start(self, conversation: Conversation, engine: Any, prompt_ids: list[int]) -> None:
-        from inference import SamplingParams
-
+    async def _start(self, conversation: Conversation, engine: EngineClient, prompt_ids: list[int]) -> None:
         try:
             params = SamplingParams(
                 temperature=conversation.temperature,

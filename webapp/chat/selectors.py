@@ -12,6 +12,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 
 from webapp.chat.models import Conversation, Message
+from webapp.core.selectors import model_defaults
 
 PAGE_SIZE = 30
 
@@ -42,9 +43,7 @@ def chat_defaults() -> ChatDefaults:
 
 
 def _console_defaults(model: str) -> dict[str, Any]:
-    """The console's sampling defaults and system prompt for the model (console owns the layering)."""
-    from webapp.console.registry import model_defaults
-
+    """The console's sampling defaults and system prompt for the model (core owns the layering)."""
     defaults = model_defaults(model)
     values: dict[str, Any] = dict(defaults["sampling"])
     if defaults["system_prompt"]:
@@ -76,8 +75,16 @@ def conversation_page(*, user: User, query: str = "", page: int = 1) -> Page[Con
     return paginator.get_page(page)
 
 
-def conversation_messages(*, conversation: Conversation) -> list[Message]:
-    return list(conversation.messages.order_by("id"))
+def conversation_messages(
+    *, conversation: Conversation, running_message_id: int | None = None
+) -> list[Message]:
+    """The chat in order. A reply still "streaming" that is not `running_message_id` lost its generator
+    (the server restarted mid-reply): it reads as stopped, so the page does not spin forever."""
+    messages = list(conversation.messages.order_by("id"))
+    for message in messages:
+        if message.status == Message.Status.STREAMING and message.pk != running_message_id:
+            message.status, message.finish_reason = Message.Status.STOPPED, "interrupted"
+    return messages
 
 
 def draft_conversation(*, user: User) -> Conversation | None:

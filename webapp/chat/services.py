@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from webapp.chat.models import Conversation, Message
 from webapp.chat.selectors import chat_defaults, draft_conversation
+from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 MAX_MESSAGE_CHARS = 32_000
 MAX_TITLE_CHARS = 200
@@ -79,12 +80,9 @@ def conversation_update_settings(
     top_p: float,
     max_tokens: int,
 ) -> Conversation:
-    if not 0.0 <= temperature <= 2.0:
-        raise ValueError("Temperature must be between 0 and 2.")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError("top_p must be greater than 0 and at most 1.")
-    if not 1 <= max_tokens <= 32_768:
-        raise ValueError("Max tokens must be between 1 and 32768.")
+    TEMPERATURE.check("Temperature", temperature)
+    TOP_P.check("top_p", top_p)
+    CHAT_REPLY_TOKENS.check("Max tokens", max_tokens)
     conversation.system_prompt = system_prompt.strip()
     conversation.model = model.strip()
     conversation.temperature = temperature
@@ -165,10 +163,3 @@ def assistant_message_save(*, message: Message) -> bool:
 def messages_delete(*, conversation: Conversation, message_ids: list[int]) -> None:
     conversation.messages.filter(pk__in=message_ids).delete()
 
-
-def stale_replies_close(*, conversation: Conversation, running_message_id: int | None) -> int:
-    """Mark replies left "streaming" by a server restart as stopped, so the page does not spin forever."""
-    qs = conversation.messages.filter(status=Message.Status.STREAMING)
-    if running_message_id is not None:
-        qs = qs.exclude(pk=running_message_id)
-    return qs.update(status=Message.Status.STOPPED, finish_reason="interrupted")

@@ -1,8 +1,8 @@
 """Model-written chat titles, generated in the server process right after the first exchange.
 
-This is a background asyncio task rather than a Celery job: Celery workers never load models (DESIGN §1),
-so a Celery task would only relay an HTTP call back into this process. Running it here needs no broker,
-no internal endpoint and no shared secret, and still never delays the reply.
+This is a background asyncio task rather than a Celery job: Celery workers never load models (CUDA and
+forked pools do not mix), so a Celery task would only relay an HTTP call back into this process. Running
+it here needs no broker, no internal endpoint and no shared secret, and still never delays the reply.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any
 
 from channels.db import database_sync_to_async
 
+from inference.api import EngineClient, SamplingParams
 from webapp.chat import events, services
 from webapp.chat.models import Message
 
@@ -49,7 +49,7 @@ class TitleWriter:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def maybe_start(self, *, conversation_id: int, engine: Any) -> None:
+    def maybe_start(self, *, conversation_id: int, engine: EngineClient) -> None:
         task = asyncio.create_task(self._write(conversation_id, engine))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -58,16 +58,15 @@ class TitleWriter:
         if self._tasks:
             await asyncio.wait(list(self._tasks))
 
-    async def _write(self, conversation_id: int, engine: Any) -> None:
+    async def _write(self, conversation_id: int, engine: EngineClient) -> None:
         exchange = await database_sync_to_async(_first_exchange)(conversation_id)
         if exchange is None:
             return
         prompt = _INSTRUCTION.format(user=exchange[0][:1000], assistant=exchange[1][:1000])
         text = ""
         try:
-            from inference import SamplingParams
-
-            prompt_ids = engine.apply_chat_template([{"role": "user", "content": prompt}])
+            messages = [{"role": "user", "content": prompt}]
+            prompt_ids = await asyncio.to_thread(engine.apply_chat_template, messages)
             params = SamplingParams(temperature=0.0, max_tokens=TITLE_MAX_TOKENS)
             async for output in engine.generate(prompt_ids, params):
                 text = output.outputs[0].text

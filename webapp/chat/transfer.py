@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from webapp.chat.models import Conversation, Message
 from webapp.chat.services import MAX_MESSAGE_CHARS
+from webapp.core.sampling import ChatReplyTokens, Temperature, TopP
 
 FORMAT: Literal["mooncake.chat"] = "mooncake.chat"
 MAX_IMPORT_BYTES = 5 * 1024 * 1024
@@ -37,9 +38,9 @@ class ExportedChat(BaseModel):
     title: str = Field(default="Imported chat", max_length=200)
     system_prompt: str = Field(default="", max_length=MAX_MESSAGE_CHARS)
     model: str = Field(default="", max_length=200)
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=512, ge=1, le=32_768)
+    temperature: Temperature = 0.7
+    top_p: TopP = 1.0
+    max_tokens: ChatReplyTokens = 512
     messages: list[ExportedMessage] = Field(default_factory=list, max_length=5_000)
 
 

@@ -58,8 +58,11 @@ def _settings_context(
 @login_required
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
-    conversation = services.conversation_new(user=_user(request))
-    return redirect("chat:detail", conversation_id=conversation.pk)
+    """The user's empty chat if there is one; else a page whose form POSTs to `new` (a GET never writes)."""
+    draft = selectors.draft_conversation(user=_user(request))
+    if draft is not None:
+        return redirect("chat:detail", conversation_id=draft.pk)
+    return render(request, "chat/start.html")
 
 
 @login_required
@@ -74,13 +77,13 @@ def new(request: HttpRequest) -> HttpResponse:
 def detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     reply = get_generation_service().running(conversation.pk)
-    services.stale_replies_close(
+    query = request.GET.get("q", "")
+    messages_list = selectors.conversation_messages(
         conversation=conversation, running_message_id=reply.message.pk if reply else None
     )
-    query = request.GET.get("q", "")
     context = {
         **_settings_context(conversation),
-        "messages_list": selectors.conversation_messages(conversation=conversation),
+        "messages_list": messages_list,
         "page": selectors.conversation_page(user=_user(request), query=query),
         "query": query,
         "current_id": conversation.pk,

@@ -9,10 +9,18 @@ from typing import Any, cast
 from django import forms
 from django.conf import settings
 
-from webapp.console.engine_settings import ENGINE_FIELDS
-from webapp.console.models import EngineSettings, ModelRegistration
+from inference.api import EngineConfig
 from webapp.console.paths import ModelPathError, confine_model_path
 from webapp.core.engine import engine_config_dict
+from webapp.core.engine_settings import ENGINE_FIELDS
+from webapp.core.models import (
+    ATTENTION_BACKEND_CHOICES,
+    DTYPE_CHOICES,
+    QUANTIZATION_CHOICES,
+    EngineSettings,
+    ModelRegistration,
+)
+from webapp.core.sampling import TEMPERATURE, TOKEN_COUNT, TOP_K, TOP_P, Range
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 
@@ -59,21 +67,38 @@ class ModelDefaultsForm(forms.Form):
         help_text="Longest prompt plus reply in tokens (empty: the model's own).",
     )
     dtype = forms.ChoiceField(
-        choices=ModelRegistration.Dtype.choices,
+        choices=DTYPE_CHOICES,
         help_text="Weight precision; auto picks bf16 on GPUs and on AMX or AVX512-BF16 CPUs, else fp32.",
     )
     quantization = forms.ChoiceField(
         required=False,
-        choices=ModelRegistration.Quantization.choices,
+        choices=QUANTIZATION_CHOICES,
         help_text="gguf runs a GGUF's 4-bit layers as they are (CPU, bf16): less memory, faster single "
         "streams, slower large batches and long prompts.",
     )
-    temperature = forms.FloatField(required=False, min_value=0.0, max_value=2.0, help_text="0 is greedy.")
-    top_p = forms.FloatField(required=False, min_value=0.0, max_value=1.0, help_text="Nucleus sampling mass.")
-    top_k = forms.IntegerField(
-        required=False, min_value=-1, help_text="Keep the k likeliest tokens (-1: off)."
+    # The API's own ranges (webapp.core.sampling), so a saved default is one every request accepts.
+    temperature = forms.FloatField(
+        required=False, min_value=TEMPERATURE.low, max_value=TEMPERATURE.high, help_text="0 is greedy."
     )
-    max_tokens = forms.IntegerField(required=False, min_value=1, help_text="Reply length when unset.")
+    top_p = forms.FloatField(
+        required=False,
+        min_value=TOP_P.low,
+        max_value=TOP_P.high,
+        validators=[TOP_P.validator()],
+        help_text="Nucleus sampling mass.",
+    )
+    top_k = forms.IntegerField(
+        required=False,
+        min_value=TOP_K.low,
+        max_value=TOP_K.high,
+        help_text="Keep the k likeliest tokens (-1: off).",
+    )
+    max_tokens = forms.IntegerField(
+        required=False,
+        min_value=TOKEN_COUNT.low,
+        max_value=TOKEN_COUNT.high,
+        help_text="Reply length when unset.",
+    )
     system_prompt = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="Prepended to chats."
     )
@@ -101,7 +126,7 @@ class ModelDefaultsForm(forms.Form):
         return {
             "max_model_len": data["max_model_len"],
             "dtype": data["dtype"],
-            "quantization": data["quantization"] or ModelRegistration.Quantization.NONE,
+            "quantization": data["quantization"] or "none",
             "sampling_defaults": sampling,
             "system_prompt": data["system_prompt"],
             "keep_alive_seconds": data["keep_alive_seconds"],
@@ -121,7 +146,8 @@ TUNING_HELP = {
     "default_temperature": "Temperature when a request omits it (0 = greedy).",
     "default_top_p": "top_p when a request omits it.",
     "default_max_tokens": "Reply length cap when a request omits max_tokens.",
-    "drain_timeout_seconds": "How long running requests may finish before a restart or unload aborts them.",
+    "drain_timeout_seconds": "How long running requests may finish before a stop, restart or unload aborts "
+    "them (empty: MOONCAKE_DRAIN_TIMEOUT or server.drain_timeout).",
     "memory_budget_bytes": "Memory all loaded models may hold (empty: MOONCAKE_MEMORY_BUDGET_BYTES).",
     "evict_lru": "When a load exceeds the budget: unload the least recently used model instead of refusing.",
     "log_prompts": "Store prompt text in the request log (off keeps users' prompts out of the database).",
@@ -178,11 +204,11 @@ class TuningForm(forms.ModelForm[EngineSettings]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Empty engine fields show, as a placeholder, the value the engine uses without them."""
-        from inference import EngineConfig
-
         super().__init__(*args, **kwargs)
-        backends = EngineSettings.AttentionBackend.choices
+        backends = ATTENTION_BACKEND_CHOICES
         self._blank_choice("attention_backend", _FROM_YAML, backends)
+        configured = f"{float(settings.MOONCAKE_DRAIN_TIMEOUT):g}"
+        self.fields["drain_timeout_seconds"].widget.attrs["placeholder"] = configured
         try:
             current = EngineConfig.from_dict(engine_config_dict(settings.MOONCAKE))
         except ValueError:
@@ -199,10 +225,15 @@ class TuningForm(forms.ModelForm[EngineSettings]):
         cast(forms.ChoiceField, self.fields[name]).choices = [("", label), *choices]
 
     def clean_default_temperature(self) -> float | None:
-        return _in_range(self.cleaned_data["default_temperature"], 0.0, 2.0)
+        return _in_range(self.cleaned_data["default_temperature"], TEMPERATURE)
 
     def clean_default_top_p(self) -> float | None:
-        return _in_range(self.cleaned_data["default_top_p"], 0.0, 1.0, low_open=True)
+        return _in_range(self.cleaned_data["default_top_p"], TOP_P)
+
+    def clean_default_max_tokens(self) -> int | None:
+        value: int | None = self.cleaned_data["default_max_tokens"]
+        _in_range(value, TOKEN_COUNT)
+        return value
 
     def clean_block_size(self) -> int | None:
         value = self.cleaned_data["block_size"]
@@ -212,8 +243,6 @@ class TuningForm(forms.ModelForm[EngineSettings]):
 
     def clean(self) -> dict[str, Any]:
         """Let EngineConfig judge the combination (e.g. a token budget below max_num_seqs)."""
-        from inference import EngineConfig
-
         data = super().clean() or {}
         values = engine_config_dict(settings.MOONCAKE)
         values.update({k: data[k] for k in ENGINE_FIELDS if data.get(k) is not None})
@@ -230,13 +259,9 @@ class TuningForm(forms.ModelForm[EngineSettings]):
         return data
 
 
-def _in_range(value: float | None, low: float, high: float, *, low_open: bool = False) -> float | None:
-    if value is None:
-        return None
-    if value > high or value < low or (low_open and value == low):
-        raise forms.ValidationError(
-            f"Must be {'above' if low_open else 'at least'} {low} and at most {high}."
-        )
+def _in_range(value: float | None, allowed: Range[Any]) -> float | None:
+    if value is not None:
+        allowed.validator()(value)
     return value
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 
-from webapp.console.models import ConsoleJob, ModelRegistration
+from webapp.console.models import ConsoleJob
 from webapp.console.paths import allowed_roots
+from webapp.core.models import ModelRegistration
 
 logger = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from webapp.console.engine_settings import engine_settings_get
 from webapp.console.jobs import ProcessJob, process_jobs
-from webapp.console.models import EngineSettings, ModelRegistration
 from webapp.console.registry import engine_config_for, manager_options, manager_register, sync_manager
+from webapp.core.engine_settings import drain_timeout, engine_settings_get
+from webapp.core.models import EngineSettings, ModelRegistration
 
 
 class ModelActionError(RuntimeError):
@@ -39,7 +39,7 @@ def model_load(*, name: str) -> ProcessJob:
 
 def model_unload(*, name: str) -> ProcessJob:
     manager = _require(name)
-    drain = float(engine_settings_get().drain_timeout_seconds)
+    drain = drain_timeout()
 
     def work() -> str:
         manager.unload(name, drain_timeout=drain)
@@ -62,7 +62,7 @@ def _restart(manager: Any, registration: ModelRegistration, tuning: EngineSettin
     manager.reconfigure(
         name,
         engine_config_for(registration, tuning),
-        drain_timeout=float(tuning.drain_timeout_seconds),
+        drain_timeout=drain_timeout(tuning),
         **manager_options(registration),
     )
     return f"{name} restarted" if was_loaded else f"{name} re-registered"
@@ -71,7 +71,7 @@ def _restart(manager: Any, registration: ModelRegistration, tuning: EngineSettin
 def model_restart(*, registration: ModelRegistration) -> ProcessJob:
     """Apply the current settings; a loaded model restarts gracefully and stays the default.
 
-    Running requests get `drain_timeout_seconds` to finish, then are aborted; queued requests that have not
+    Running requests get the drain timeout to finish, then are aborted; queued requests that have not
     started are kept and run on the restarted engine. Requests arriving meanwhile get a 503 with Retry-After.
     """
     manager = sync_manager()

@@ -8,9 +8,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from webapp.console.engine_settings import engine_overrides, engine_settings_get, memory_budget
-from webapp.console.models import EngineSettings, ModelRegistration
+from inference.api import DTYPES, QUANTIZATIONS, EngineConfig, ModelManagerClient
 from webapp.core.engine import engine_config_dict, get_manager
+from webapp.core.engine_settings import engine_settings_get, memory_budget, resolve_registered_engine
+from webapp.core.models import EngineSettings, ModelRegistration
 
 logger = logging.getLogger(__name__)
 
@@ -25,19 +26,9 @@ DEFAULT_FIELDS = (
 ENGINE_DEFAULT_FIELDS = ("max_model_len", "dtype", "quantization", "keep_alive_seconds")
 
 
-def engine_config_for(registration: ModelRegistration, tuning: EngineSettings | None = None) -> Any:
-    """mooncake.yaml's model+engine sections, then the tuning page, then this model's own settings."""
-    from inference import EngineConfig
-
-    values = engine_config_dict(settings.MOONCAKE)
-    values.pop("model_id", None)
-    values.update(engine_overrides(tuning or engine_settings_get()))
-    values["model"] = registration.source
-    values["dtype"] = registration.dtype
-    values["quantization"] = registration.quantization
-    if registration.max_model_len:
-        values["max_model_len"] = registration.max_model_len
-    return EngineConfig.from_dict(values)
+def engine_config_for(registration: ModelRegistration, tuning: EngineSettings | None = None) -> EngineConfig:
+    """What a registration loads with (webapp.core.engine_settings layers it)."""
+    return resolve_registered_engine(registration, tuning).config
 
 
 def manager_options(registration: ModelRegistration) -> dict[str, Any]:
@@ -48,17 +39,19 @@ def manager_options(registration: ModelRegistration) -> dict[str, Any]:
     return options
 
 
-def manager_register(manager: Any, registration: ModelRegistration, tuning: EngineSettings) -> None:
+def manager_register(
+    manager: ModelManagerClient, registration: ModelRegistration, tuning: EngineSettings
+) -> None:
     manager.register(
         registration.name, engine_config_for(registration, tuning), **manager_options(registration)
     )
 
 
-def sync_manager() -> Any:
+def sync_manager() -> ModelManagerClient:
     """Make the manager and the table agree: register rows it lacks, record models it has and we lack.
 
-    Called by the console's views (cheap when nothing changed); the server should also call it once at
-    start so admin-registered models are served before anyone opens the console.
+    A write, so never on a GET: the server runs it once at start (console.startup) and every model action
+    runs it first (cheap when nothing changed), which takes up rows other processes saved meanwhile.
     """
     manager = get_manager()
     tuning = engine_settings_get()
@@ -91,9 +84,9 @@ def builtin_engine_fields() -> dict[str, Any]:
     console (which applies the row's values) keeps them."""
     yaml = engine_config_dict(settings.MOONCAKE)
     fields: dict[str, Any] = {}
-    if yaml.get("dtype") in ModelRegistration.Dtype.values:
+    if yaml.get("dtype") in DTYPES:
         fields["dtype"] = yaml["dtype"]
-    if yaml.get("quantization") in ModelRegistration.Quantization.values:
+    if yaml.get("quantization") in QUANTIZATIONS:
         fields["quantization"] = yaml["quantization"]
     return fields
 
@@ -136,21 +129,3 @@ def registration_update_defaults(*, registration: ModelRegistration, values: dic
     registration.save()
     after = registration_snapshot(registration)
     return any(before[k] != after[k] for k in ENGINE_DEFAULT_FIELDS)
-
-
-def model_defaults(name: str) -> dict[str, Any]:
-    """Sampling defaults (global tuning, overlaid with the model's own) and system prompt for a model name
-    or alias: the one layering the API and chat apply. Unregistered names get the global defaults only."""
-    # A read: an unsaved row supplies no defaults rather than being created here.
-    tuning = EngineSettings.objects.order_by("pk").first() or EngineSettings()
-    global_sampling = {
-        "temperature": tuning.default_temperature,
-        "top_p": tuning.default_top_p,
-        "max_tokens": tuning.default_max_tokens,
-    }
-    sampling = {k: v for k, v in global_sampling.items() if v is not None}
-    for row in ModelRegistration.objects.all() if name else []:
-        if name == row.name or name in row.aliases:
-            own = {k: v for k, v in dict(row.sampling_defaults).items() if v is not None}
-            return {"sampling": sampling | own, "system_prompt": row.system_prompt}
-    return {"sampling": sampling, "system_prompt": ""}

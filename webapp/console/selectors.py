@@ -8,10 +8,12 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db.models import Count, Q, QuerySet
 
+from inference.api import ModelInfo
 from webapp.api.models import RequestLog
 from webapp.console.jobs import ProcessJob, process_jobs
-from webapp.console.models import AuditLog, ConsoleJob, ModelRegistration
-from webapp.console.registry import sync_manager
+from webapp.console.models import AuditLog, ConsoleJob
+from webapp.core.engine import get_manager
+from webapp.core.models import ModelRegistration
 
 PAGE_SIZE = 100
 
@@ -29,8 +31,17 @@ class ModelRow:
 
 
 def model_rows() -> list[ModelRow]:
-    manager = sync_manager()
+    """The manager's models, then saved ones it has not taken up yet (a worker's import, another
+    replica's registration): those join it at the next model action (registry.sync_manager), not here."""
+    manager = get_manager()
     registrations = {row.name: row for row in ModelRegistration.objects.all()}
+    infos = list(manager.list())
+    known = {info.name for info in infos}
+    infos += [
+        ModelInfo(name=row.name, aliases=list(row.aliases), source=row.source)
+        for name, row in registrations.items()
+        if name not in known
+    ]
     return [
         ModelRow(
             info=info,
@@ -38,7 +49,7 @@ def model_rows() -> list[ModelRow]:
             job=process_jobs.active_for(info.name),
             is_default=info.name == manager.default_name,
         )
-        for info in manager.list()
+        for info in infos
     ]
 
 

@@ -34,7 +34,7 @@ def _sync_once(**_kwargs: Any) -> None:
             sync_manager()
         except Exception:
             logger.exception(
-                "Registering the console's saved models failed; the console retries on its pages"
+                "Registering the console's saved models failed; the next model action retries"
             )
 
 

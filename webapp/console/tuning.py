@@ -7,13 +7,13 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from webapp.console.audit import audit_record
-from webapp.console.engine_settings import (
+from webapp.core.engine_settings import (
     ENGINE_FIELDS,
     TUNING_FIELDS,
     engine_settings_get,
     engine_settings_snapshot,
 )
-from webapp.console.models import EngineSettings
+from webapp.core.models import EngineSettings
 
 
 def engine_settings_update(

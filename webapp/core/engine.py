@@ -1,23 +1,24 @@
 """The process-wide model manager: built from settings.MOONCAKE, loaded in the background at server start.
 
-`inference` (and so torch) is imported only when a manager is built, so management commands and Celery
-workers, which never run models, start without it.
+The composition root: the one web module that constructs the engine side. Everything else, here too,
+uses the torch-free contract in `inference.api`; the engine implementation (and so torch) is imported
+only when a manager is built, so management commands and Celery workers, which never run models, start
+without it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
-if TYPE_CHECKING:
-    from inference import AsyncEngine, EngineConfig, ModelManager
+from inference.api import EngineClient, EngineConfig, ModelManagerClient
+from webapp.core.engine_config import ResolvedEngine, base_layers, merge_layers, resolve_engine
 
 logger = logging.getLogger(__name__)
 
@@ -25,18 +26,22 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 REAP_INTERVAL_SECONDS = 30.0
 
 _lock = threading.Lock()
-_manager: ModelManager | Any | None = None
+_manager: ModelManagerClient | None = None
 
 
 def engine_config_dict(mooncake: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The yaml `model` and `engine` sections merged, as `EngineConfig.from_dict` takes them."""
-    return {**mooncake.get("model", {}), **mooncake.get("engine", {})}
+    """Defaults, the environment's engine settings and the yaml `model` and `engine` sections, merged as
+    `EngineConfig.from_dict` takes them (webapp.core.engine_config resolves them, sources and all)."""
+    return {key: sourced.value for key, sourced in merge_layers(base_layers(mooncake)).items()}
+
+
+def resolve_builtin_engine(mooncake: dict[str, dict[str, Any]]) -> ResolvedEngine:
+    """The model mooncake.yaml serves, as the server registers it at start (no console layer yet)."""
+    return resolve_engine(base_layers(mooncake))
 
 
 def build_engine_config(mooncake: dict[str, dict[str, Any]]) -> EngineConfig:
-    from inference import EngineConfig
-
-    return EngineConfig.from_dict(engine_config_dict(mooncake))
+    return resolve_builtin_engine(mooncake).config
 
 
 def served_model_name(mooncake: dict[str, dict[str, Any]]) -> str:
@@ -52,11 +57,10 @@ def served_model_name(mooncake: dict[str, dict[str, Any]]) -> str:
     return path.stem if path.suffix == ".gguf" else path.name or source
 
 
-def _build_manager() -> ModelManager:
-    from inference import ModelManager
+def _build_manager() -> ModelManagerClient:
+    # Function-local on purpose: this is where the web app builds the engine side (torch); see the docstring.
+    from inference.manager import ModelManager
 
-    # The loader reads its cache folder from the environment; keep it under our data directory.
-    os.environ.setdefault("MOONCAKE_CACHE_DIR", str(settings.CACHE_DIR))
     budget = settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
     manager = ModelManager(memory_budget_bytes=budget)
     mooncake = settings.MOONCAKE
@@ -69,12 +73,12 @@ def _build_manager() -> ModelManager:
     return manager
 
 
-def peek_manager() -> ModelManager | Any | None:
+def peek_manager() -> ModelManagerClient | None:
     """The manager if one exists; never creates it (health must not fake an engine into being)."""
     return _manager
 
 
-def get_manager() -> ModelManager:
+def get_manager() -> ModelManagerClient:
     global _manager
     with _lock:
         if _manager is None:
@@ -82,14 +86,14 @@ def get_manager() -> ModelManager:
         return _manager
 
 
-def set_manager(manager: ModelManager | Any | None) -> None:
+def set_manager(manager: ModelManagerClient | None) -> None:
     """Install a manager (tests install a fake); None forgets the current one without shutting it down."""
     global _manager
     with _lock:
         _manager = manager
 
 
-async def get_engine(model: str | None = None) -> AsyncEngine:
+async def get_engine(model: str | None = None) -> EngineClient:
     """The loaded engine for `model` (None = default); raises UnknownModelError / NoModelLoadedError."""
     manager = await asyncio.to_thread(get_manager) if _manager is None else _manager
     return manager.get(model)
@@ -113,7 +117,8 @@ def _load_default() -> None:
 def start_default_model_in_background() -> threading.Thread:
     # Import the engine (torch, transformers) on the calling thread: transformers' lazy modules are not
     # safe to import from two threads at once, and requests may import them while the model loads.
-    import inference  # noqa: F401
+    # Function-local: the composition root alone imports the engine side, and only when it is needed.
+    import inference.manager  # noqa: F401
 
     thread = threading.Thread(target=_load_default, name="mooncake-autoload", daemon=True)
     thread.start()
@@ -160,14 +165,23 @@ def engines_busy() -> int:
     return busy
 
 
-def shutdown_engines(*, drain_timeout: float = 0.0) -> None:
-    """Unload every loaded model, letting running requests finish within `drain_timeout` seconds."""
+def shutdown_engines(*, drain_timeout: float = 0.0, load_wait: float = 0.0) -> list[str]:
+    """Unload every loaded model, letting running requests finish within `drain_timeout` seconds.
+
+    A model still loading is waited for (up to `load_wait` seconds) and then unloaded too: its loader
+    thread is inside torch, which must not be the case when the interpreter exits. Returns the models
+    still loading at the end (none, normally).
+    """
     manager = _manager
     if manager is None:
-        return
+        return []
+    deadline = time.monotonic() + load_wait
+    while any(info.state == "loading" for info in manager.list()) and time.monotonic() < deadline:
+        time.sleep(0.1)
     for info in manager.list():
         if info.state in ("loaded", "loading"):
             try:
                 manager.unload(info.name, drain_timeout=drain_timeout)
             except Exception:
                 logger.exception("Unloading %s failed", info.name)
+    return [info.name for info in manager.list() if info.state == "loading"]

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.api import EngineError, ModelManagerClient
 from webapp.core.engine import peek_manager
 
 logger = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ class Readiness:
         return body
 
 
-def _model_states(manager: Any) -> list[dict[str, Any]]:
+def _model_states(manager: ModelManagerClient) -> list[dict[str, Any]]:
     return [{"name": info.name, "state": info.state, "error": info.error} for info in manager.list()]
 
 
@@ -34,8 +35,6 @@ def default_engine_readiness() -> Readiness:
     manager = peek_manager()
     if manager is None:
         return Readiness(False, "no_engine", "The engine has not been started yet.")
-    from inference import EngineError
-
     models = _model_states(manager)
     default = manager.default_name
     try:

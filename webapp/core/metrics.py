@@ -1,4 +1,4 @@
-"""Engine statistics as Prometheus metrics named like vLLM's (DESIGN.md §3), read at scrape time."""
+"""Engine statistics as Prometheus metrics named like vLLM's (so its dashboards fit), read at scrape time."""
 
 from __future__ import annotations
 

@@ -1,8 +1,18 @@
-"""Rows the core app owns: the lock that serializes first-run setup."""
+"""Rows the core app owns: the lock that serializes first-run setup, and the serving configuration an
+admin edits in the console (registered models, engine tuning), which the API and chat read too."""
 
 from __future__ import annotations
 
 from django.db import models
+
+from inference.api import ATTENTION_BACKENDS, DTYPES, QUANTIZATIONS
+
+# The engine's own choice lists, labelled for the console. The labels are the ones the migrations
+# recorded (dtype's were Django's title-cased defaults), so no new migration follows from this.
+DTYPE_CHOICES = [(d, d.capitalize()) for d in DTYPES]
+_QUANTIZATION_LABELS = {"none": "none (dequantized weights)", "gguf": "gguf (keep Q4_0/Q4_1 4-bit, CPU)"}
+QUANTIZATION_CHOICES = [(q, _QUANTIZATION_LABELS.get(q, q)) for q in QUANTIZATIONS]
+ATTENTION_BACKEND_CHOICES = [(b, b) for b in ATTENTION_BACKENDS]
 
 
 class SetupLock(models.Model):
@@ -17,3 +27,61 @@ class SetupLock(models.Model):
 
     def __str__(self) -> str:
         return f"setup lock (last taken {self.last_taken})"
+
+
+class ModelRegistration(models.Model):
+    """A model the manager should know; re-registered into the manager on every process start."""
+
+    name = models.CharField(max_length=100, unique=True)
+    aliases = models.JSONField(default=list, blank=True)
+    # "default" (the bundled model) or an absolute, resolved path under settings.MODEL_ROOTS.
+    source = models.CharField(max_length=1000)
+    # Registered by the server from mooncake.yaml rather than by an admin.
+    builtin = models.BooleanField(default=False)
+    max_model_len = models.PositiveIntegerField(null=True, blank=True)
+    dtype = models.CharField(max_length=16, choices=DTYPE_CHOICES, default="auto")
+    quantization = models.CharField(max_length=16, choices=QUANTIZATION_CHOICES, default="none")
+    # Sampling defaults (temperature, top_p, top_k, max_tokens) applied when a request leaves them out.
+    sampling_defaults = models.JSONField(default=dict, blank=True)
+    system_prompt = models.TextField(blank=True)
+    keep_alive_seconds = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        # The console app created the table; keeping its name means a running replica never loses it.
+        db_table = "console_modelregistration"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EngineSettings(models.Model):
+    """One row: engine tuning applied to every model; null means mooncake.yaml's value (or the default)."""
+
+    max_num_seqs = models.PositiveIntegerField(null=True, blank=True)
+    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
+    kv_cache_memory_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    block_size = models.PositiveIntegerField(null=True, blank=True)
+    enable_chunked_prefill = models.BooleanField(default=True)
+    enable_prefix_caching = models.BooleanField(default=True)
+    attention_backend = models.CharField(
+        max_length=16, choices=ATTENTION_BACKEND_CHOICES, null=True, blank=True
+    )
+    enforce_eager = models.BooleanField(null=True, blank=True)
+    default_temperature = models.FloatField(null=True, blank=True)
+    default_top_p = models.FloatField(null=True, blank=True)
+    default_max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Null: MOONCAKE_DRAIN_TIMEOUT / server.drain_timeout (engine_settings.drain_timeout reads both).
+    drain_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    memory_budget_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    evict_lru = models.BooleanField(default=True)
+    log_prompts = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "console_enginesettings"  # as ModelRegistration's
+
+    def __str__(self) -> str:
+        return "engine settings"

@@ -1,57 +1,54 @@
-"""Settings shared by every environment; each value can be overridden from the environment."""
+"""Settings shared by every environment; Mooncake's own come from webapp.core.config, Django's from env."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import django_stubs_ext
 
+from webapp.core.config import MooncakeSettings, resolve_settings
 from webapp.settings.database import database_from_url
-from webapp.settings.env import env_bool, env_choice, env_int, env_list, env_path, env_str
-from webapp.settings.mooncake_yaml import load_mooncake_config
+from webapp.settings.env import env_bool, env_int, env_list, env_path, env_str
 
 # Generic classes such as ModelAdmin[Model] need this at run time, not only under mypy.
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
-# ---- where data lives: database, Celery's broker folders, converted-model cache, uploaded models
-DATA_DIR = env_path("MOONCAKE_DATA", BASE_DIR / "var")
-CACHE_DIR = env_path("MOONCAKE_CACHE_DIR", DATA_DIR / "cache")
-MODEL_ROOTS: list[Path] = [
-    Path(p).expanduser().resolve()
-    for p in env_list("MOONCAKE_MODEL_ROOTS", [str(DATA_DIR / "models")], sep=os.pathsep)
-]
+# ---- Mooncake's own settings: MOONCAKE_* variables and mooncake.yaml, resolved and validated once
+# (webapp/core/config.py, which also keeps where each value came from for `mooncake check`).
+MOONCAKE_SETTINGS: MooncakeSettings = resolve_settings()
+_server = MOONCAKE_SETTINGS.server
 
-# ---- mooncake.yaml: engine and server options (DESIGN.md §3)
-# MOONCAKE_CONFIG names the file; otherwise ./mooncake.yaml (the working directory), then the checkout's.
-MOONCAKE_CONFIG_PATH: Path | None = env_path("MOONCAKE_CONFIG", Path.cwd() / "mooncake.yaml")
-if not os.environ.get("MOONCAKE_CONFIG", "").strip():
-    MOONCAKE_CONFIG_PATH = next(
-        (p for p in (Path.cwd() / "mooncake.yaml", BASE_DIR / "mooncake.yaml") if p.is_file()), None
-    )
-MOONCAKE: dict[str, dict[str, Any]] = load_mooncake_config(MOONCAKE_CONFIG_PATH)
+# ---- where data lives: database, Celery's broker folders, converted-model cache, uploaded models
+DATA_DIR: Path = _server.data_dir
+CACHE_DIR: Path = _server.cache_dir
+MODEL_ROOTS: list[Path] = list(_server.model_roots)
+
+# ---- mooncake.yaml's sections: the file MOONCAKE_CONFIG names, else ./mooncake.yaml, else the checkout's
+MOONCAKE_CONFIG_PATH: Path | None = _server.config_file
+MOONCAKE: dict[str, dict[str, Any]] = MOONCAKE_SETTINGS.yaml
 
 # Load the default model in the background when the ASGI app starts.
-MOONCAKE_AUTOLOAD = env_bool("MOONCAKE_AUTOLOAD", True)
+MOONCAKE_AUTOLOAD = _server.autoload
 # API key checks on /v1: "required" or "off".
-MOONCAKE_API_AUTH = env_choice("MOONCAKE_API_AUTH", "required", ("required", "off"))
-# Seconds a stopping server lets running generations finish.
-MOONCAKE_DRAIN_TIMEOUT = float(env_int("MOONCAKE_DRAIN_TIMEOUT", 30))
+MOONCAKE_API_AUTH: str = _server.api_auth
+# Seconds a stopping server lets running generations finish; the console's tuning may override it
+# (webapp.core.engine_settings.drain_timeout reads the two).
+MOONCAKE_DRAIN_TIMEOUT = _server.drain_timeout
 # Memory the model manager may spend on loaded models (0 = no budget).
-MOONCAKE_MEMORY_BUDGET_BYTES = env_int("MOONCAKE_MEMORY_BUDGET_BYTES", 0)
+MOONCAKE_MEMORY_BUDGET_BYTES = _server.memory_budget_bytes
 # Seconds an API request may generate before it is cut off (finish_reason "length").
-MOONCAKE_API_REQUEST_TIMEOUT = float(env_int("MOONCAKE_API_REQUEST_TIMEOUT", 600))
+MOONCAKE_API_REQUEST_TIMEOUT = _server.api_request_timeout
 # Fallback limits for keys and users with none of their own, and for callers when auth is off (0 = unlimited).
 MOONCAKE_API_LIMITS: dict[str, int | None] = {
-    "requests_per_minute": env_int("MOONCAKE_API_REQUESTS_PER_MINUTE", 0) or None,
-    "tokens_per_minute": env_int("MOONCAKE_API_TOKENS_PER_MINUTE", 0) or None,
-    "max_concurrent_requests": env_int("MOONCAKE_API_MAX_CONCURRENT", 0) or None,
+    "requests_per_minute": _server.api_requests_per_minute or None,
+    "tokens_per_minute": _server.api_tokens_per_minute or None,
+    "max_concurrent_requests": _server.api_max_concurrent or None,
 }
 # Prompt text is the users' data: the request log keeps it only when an admin asks for it.
-MOONCAKE_API_LOG_PROMPTS = env_bool("MOONCAKE_API_LOG_PROMPTS", False)
+MOONCAKE_API_LOG_PROMPTS = _server.api_log_prompts
 
 SECRET_KEY = env_str("SECRET_KEY", "")
 DEBUG = env_bool("DEBUG", False)

@@ -1,4 +1,4 @@
-"""Typed readers for settings that come from the environment."""
+"""Typed readers for Django's own settings from the environment (Mooncake's: webapp.core.config)."""
 
 from __future__ import annotations
 
@@ -49,13 +49,6 @@ def env_list(name: str, default: list[str], *, sep: str = ",") -> list[str]:
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(sep) if item.strip()]
-
-
-def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = os.environ.get(name, default).strip().lower()
-    if value not in choices:
-        raise ImproperlyConfigured(f"{name}={value!r} must be one of {', '.join(choices)}.")
-    return value
 
 
 def env_path(name: str, default: Path) -> Path:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import secrets
 
+from webapp.core.config import resolve_settings
 from webapp.settings.base import *  # noqa: F403
 from webapp.settings.base import ALLOWED_HOSTS, DATA_DIR, SECRET_KEY
-from webapp.settings.env import env_bool, env_choice
+from webapp.settings.env import env_bool
 
 DEBUG = env_bool("DEBUG", True)
 ALLOWED_HOSTS = ALLOWED_HOSTS or ["127.0.0.1", "localhost", "[::1]"]
-MOONCAKE_API_AUTH = env_choice("MOONCAKE_API_AUTH", "off", ("required", "off"))
+# One machine, one user: the API is open unless MOONCAKE_API_AUTH says otherwise.
+MOONCAKE_SETTINGS = resolve_settings(defaults={"api_auth": "off"})
+MOONCAKE_API_AUTH = MOONCAKE_SETTINGS.server.api_auth
 
 
 def _persistent_secret_key() -> str:

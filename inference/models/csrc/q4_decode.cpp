@@ -1,5 +1,5 @@
 // y = x @ W^T for 1-16 rows of bf16 activations, W held as a GGUF's Q4_0/Q4_1 (or Q8_0) blocks (see
-// q4_decode.py).
+// q4_decode.py; built by kernel_build.py).
 //
 // Each block of 32 weights is expanded in registers to the bf16 values bf16(d * q + m): a 16-entry table
 // per block (one FMA over 0..15, rounded to bf16 to nearest even) indexed by the 4-bit levels. Those are
@@ -20,8 +20,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <vector>
 
 namespace {
@@ -99,15 +97,12 @@ void dot_all(const uint8_t* levels, const float* dm, const uint16_t* xp, float* 
   });
 }
 
-// Linux hands a process AMX tile state only when asked (the same request oneDNN makes).
-// MOONCAKE_Q4_AMX=0 keeps the kernel to its register path.
-bool amx_permitted() {
-  static const bool permitted = [] {
-    const char* setting = std::getenv("MOONCAKE_Q4_AMX");
-    if (setting != nullptr && std::string(setting) == "0") return false;
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-  }();
-  return permitted;
+// Linux hands a process AMX tile state only when asked (the same request oneDNN makes). Whether a call may
+// use the tiles at all is the caller's `amx` argument (EngineConfig.q4_amx), so one process can hold both.
+bool amx_available() {
+  static const bool available =
+      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  return available;
 }
 
 struct alignas(64) TileConfig {
@@ -172,12 +167,12 @@ void amx_all(const uint16_t* xp, const uint8_t* levels, const float* dm, float* 
 
 constexpr int64_t kRegisterRows = 2;  // up to here registers beat AMX (bench/NOTES.md, session 4)
 
-int64_t max_rows() { return amx_permitted() ? 16 : 4; }
+int64_t max_rows(bool amx) { return amx && amx_available() ? 16 : 4; }
 
 template <bool Q8>
 void multiply(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, int64_t rows, int64_t k,
-              int64_t n) {
-  if (rows > kRegisterRows && amx_permitted()) {
+              int64_t n, bool amx) {
+  if (rows > kRegisterRows && amx && amx_available()) {
     amx_all<Q8>(xs, q, s, ys, rows, k, n);
     return;
   }
@@ -191,14 +186,14 @@ void multiply(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, i
 
 // levels: uint8 [n, k / 2] of Q4 nibbles, or int8 [n, k] of Q8_0 levels; dm: (d, m) per block, m = 0 for Q8_0.
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Tensor& dm,
-                     const c10::optional<at::Tensor>& bias) {
+                     const c10::optional<at::Tensor>& bias, bool amx) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "x must be 2-D bf16");
   const bool q8 = levels.scalar_type() == at::kChar;
   TORCH_CHECK((q8 || levels.scalar_type() == at::kByte) && levels.is_contiguous(),
               "levels must be contiguous uint8 (Q4) or int8 (Q8_0)");
   TORCH_CHECK(dm.scalar_type() == at::kFloat && dm.is_contiguous(), "dm must be contiguous float32");
   const int64_t rows = x.size(0), k = x.size(1), n = levels.size(0);
-  TORCH_CHECK(rows >= 1 && rows <= max_rows(), "1 to ", max_rows(), " rows, got ", rows);
+  TORCH_CHECK(rows >= 1 && rows <= max_rows(amx), "1 to ", max_rows(amx), " rows, got ", rows);
   TORCH_CHECK(k % 64 == 0 && levels.size(1) * (q8 ? 1 : 2) == k,
               "input size must be a multiple of 64 matching levels");
   TORCH_CHECK(dm.numel() == n * (k / 32) * 2, "dm must hold (d, m) per block");
@@ -208,9 +203,9 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Te
   const auto* s = dm.data_ptr<float>();
   const auto* xs = reinterpret_cast<const uint16_t*>(xp.data_ptr());
   if (q8) {
-    multiply<true>(xs, q, s, y.data_ptr<float>(), rows, k, n);
+    multiply<true>(xs, q, s, y.data_ptr<float>(), rows, k, n, amx);
   } else {
-    multiply<false>(xs, q, s, y.data_ptr<float>(), rows, k, n);
+    multiply<false>(xs, q, s, y.data_ptr<float>(), rows, k, n, amx);
   }
   if (bias.has_value() && bias->defined()) {
     y.add_(bias->to(at::kFloat));  // in fp32, before the one rounding to bf16, as oneDNN adds it
@@ -221,8 +216,8 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Te
 }  // namespace
 
 TORCH_LIBRARY(mooncake_q4, m) {
-  m.def("q4_linear(Tensor x, Tensor levels, Tensor dm, Tensor? bias) -> Tensor");
-  m.def("max_rows() -> int", &max_rows);
+  m.def("q4_linear(Tensor x, Tensor levels, Tensor dm, Tensor? bias, bool amx) -> Tensor");
+  m.def("max_rows(bool amx) -> int", &max_rows);
 }
 
 TORCH_LIBRARY_IMPL(mooncake_q4, CPU, m) { m.impl("q4_linear", &q4_linear); }

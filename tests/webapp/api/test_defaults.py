@@ -10,7 +10,7 @@ from django.test import AsyncClient
 from tests.webapp.api.conftest import post_json
 from tests.webapp.fake_engine import FakeEngine
 from webapp.api.models import RequestLog
-from webapp.console.models import EngineSettings, ModelRegistration
+from webapp.core.models import EngineSettings, ModelRegistration
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,10 +77,7 @@ async def test_global_defaults_then_openai_defaults(client: AsyncClient, engine:
     user = [{"role": "user", "content": "hi"}]
     assert (await post_json(client, "/v1/chat/completions", {"messages": user})).status_code == 200
     assert (last_params(engine).temperature, last_params(engine).top_p) == (1.0, 1.0)
-    # The request log already made the console's one settings row.
-    await EngineSettings.objects.all().aupdate(
-        default_temperature=0.2, default_top_p=0.8, default_max_tokens=3
-    )
+    await EngineSettings.objects.acreate(default_temperature=0.2, default_top_p=0.8, default_max_tokens=3)
     assert (await post_json(client, "/v1/chat/completions", {"messages": user})).status_code == 200
     params = last_params(engine)
     assert (params.temperature, params.top_p, params.max_tokens) == (0.2, 0.8, 3)
@@ -124,7 +121,7 @@ async def test_no_system_prompt_for_unregistered_model(client: AsyncClient, engi
 
 
 async def test_log_prompts_follows_console_setting(client: AsyncClient, settings: Any) -> None:
-    # The process setting only seeds a missing row; the console's row decides afterwards.
+    # The process setting stands in only while no row is saved; the console's row decides once it is.
     settings.MOONCAKE_API_LOG_PROMPTS = True
     await EngineSettings.objects.acreate(log_prompts=False)
     body = {"messages": [{"role": "user", "content": "secret plan"}]}

@@ -1,8 +1,7 @@
-"""Input that used to end in a 500, an HTML page or a 503 forever: each is now a JSON 4xx saying why."""
+"""Malformed, oversized or unservable input: a JSON 4xx saying why, not a 500, HTML or endless 503s."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -104,8 +103,7 @@ async def test_sequence_cap_edge_is_served(client: AsyncClient) -> None:
 async def test_more_prompts_than_the_engine_queue_is_400_before_tokenizing(
     client: AsyncClient, engine: FakeEngine, no_tokenizing: None
 ) -> None:
-    # AsyncEngine's config as the API reads it: engine.engine.config.max_queue_len.
-    engine.engine = SimpleNamespace(config=SimpleNamespace(max_queue_len=4))  # type: ignore[attr-defined]
+    engine.max_queue_len = 4
     response = await post_json(client, "/v1/completions", {"prompt": ["a"] * 5})
     error = assert_openai_error(response, 400, "invalid_request_error")
     assert error["param"] == "prompt" and "4" in error["message"]
@@ -113,7 +111,7 @@ async def test_more_prompts_than_the_engine_queue_is_400_before_tokenizing(
 
 
 async def test_prompts_that_fit_the_engine_queue_are_served(client: AsyncClient, engine: FakeEngine) -> None:
-    engine.engine = SimpleNamespace(config=SimpleNamespace(max_queue_len=4))  # type: ignore[attr-defined]
+    engine.max_queue_len = 4
     response = await post_json(client, "/v1/completions", {"prompt": ["a"] * 4, "n": 3, "max_tokens": 1})
     assert response.status_code == 200 and len(response.json()["choices"]) == 12
 

@@ -65,7 +65,7 @@ def test_defaults_from_settings_seed_new_chats() -> None:
 
 @pytest.mark.django_db
 def test_console_defaults_win() -> None:
-    from webapp.console.models import EngineSettings
+    from webapp.core.models import EngineSettings
 
     EngineSettings.objects.create(default_temperature=0.25, default_max_tokens=77)
     chat = services.conversation_create(user=User.objects.create_user("u"))

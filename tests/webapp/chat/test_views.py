@@ -54,11 +54,15 @@ def test_login_required(client: Client) -> None:
     assert response.status_code == 302 and "login" in response["Location"]
 
 
-def test_index_reuses_one_draft(client: Client, alice: User) -> None:
-    first = client.get(reverse("chat:index"))
-    second = client.post(reverse("chat:new"))
-    assert first.status_code == second.status_code == 302
-    assert first["Location"] == second["Location"]
+def test_index_only_reads(client: Client, alice: User) -> None:
+    start = client.get(reverse("chat:index"))
+    assert start.status_code == 200 and not Conversation.objects.exists()
+    assert f'action="{reverse("chat:new")}"' in start.content.decode()
+    created = client.post(reverse("chat:new"))
+    again = client.get(reverse("chat:index"))
+    assert created.status_code == again.status_code == 302
+    assert created["Location"] == again["Location"]
+    assert client.post(reverse("chat:new"))["Location"] == created["Location"]  # one draft, reused
     assert Conversation.objects.filter(user=alice).count() == 1
 
 
@@ -73,11 +77,12 @@ def test_detail_renders_markdown_safely(client: Client, chat: Conversation, fake
     assert "fake-model · loaded" in html  # The model switcher lists the manager's models.
 
 
-def test_detail_closes_replies_left_streaming(client: Client, chat: Conversation) -> None:
+def test_detail_shows_replies_left_streaming_as_stopped(client: Client, chat: Conversation) -> None:
     orphan = Message.objects.create(conversation=chat, role="assistant", status="streaming", content="half")
-    client.get(reverse("chat:detail", args=[chat.pk]))
+    html = client.get(reverse("chat:detail", args=[chat.pk])).content.decode()
+    assert f'id="msg-{orphan.pk}"' in html and "status-streaming" not in html and "status-stopped" in html
     orphan.refresh_from_db()
-    assert (orphan.status, orphan.finish_reason) == ("stopped", "interrupted")
+    assert orphan.status == "streaming"  # a GET only reads
 
 
 def test_list_search_and_pagination(client: Client, alice: User) -> None:
@@ -202,5 +207,5 @@ def test_other_users_chat_is_404(
 
 def test_other_users_chats_never_listed(client: Client, alice: User, bobs_chat: Conversation) -> None:
     assert "Bob" not in client.get(reverse("chat:list"), {"q": "bob"}).content.decode()
-    page = client.get(reverse("chat:index"), follow=True).content.decode()
+    page = client.post(reverse("chat:new"), follow=True).content.decode()
     assert "Bob&#x27;s secret" not in page and "bob private text" not in page

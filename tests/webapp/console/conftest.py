@@ -32,15 +32,19 @@ class SizedFakeEngine(FakeEngine):
             "dtype": config.dtype if config.dtype != "auto" else "float32",
             "size_on_disk": 90 * MIB,
         }
+        self.queued: list[Any] = []  # what take_unstarted hands over
         self.adopted: list[Any] = []
 
-    def hand_over(self, *, drain_timeout: float = 0.0) -> list[Any]:
-        """The manager's restart path: a scripted fake has no queue to hand over."""
-        self.shutdown(drain_timeout=drain_timeout)
-        return []
+    # The manager's restart path (drain, then swap): a scripted fake hands over `queued` as it is.
+    def stop_accepting(self) -> None:
+        pass
 
-    def adopt(self, requests: list[Any]) -> None:
-        self.adopted.append(requests)
+    def take_unstarted(self) -> list[Any]:
+        taken, self.queued = self.queued, []
+        return taken
+
+    def adopt(self, submission: Any) -> None:
+        self.adopted.append(submission)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ def dashboard_metrics() -> set[str]:
 
 
 async def _one_request(engine: Any) -> None:
-    async for _ in await engine.generate("hi", SamplingParams(max_tokens=2)):
+    async for _ in engine.generate("hi", SamplingParams(max_tokens=2)):
         pass
 
 

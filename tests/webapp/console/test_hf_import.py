@@ -10,9 +10,10 @@ from django.test import Client
 from django.urls import reverse
 
 from webapp.console.hf_import import HubImportError, hf_import_run, validate_repo_id
-from webapp.console.models import AuditLog, ConsoleJob, ModelRegistration
+from webapp.console.models import AuditLog, ConsoleJob
 from webapp.console.registry import sync_manager
 from webapp.console.tasks import import_hf_model
+from webapp.core.models import ModelRegistration
 
 
 @pytest.fixture

@@ -14,9 +14,10 @@ from django.urls import reverse
 from inference import ModelManager, SamplingParams
 from inference.loader import default_gguf_path
 from webapp.console.jobs import process_jobs
-from webapp.console.models import AuditLog, EngineSettings
+from webapp.console.models import AuditLog
 from webapp.console.registry import sync_manager
 from webapp.core.engine import peek_manager, set_manager
+from webapp.core.models import EngineSettings
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,10 @@ from django.urls import reverse
 from inference import EngineConfig, ModelManager
 from tests.webapp.console.conftest import MIB, SizedFakeEngine, make_hf_dir
 from webapp.console.jobs import process_jobs
-from webapp.console.models import AuditLog, EngineSettings, ModelRegistration
-from webapp.console.registry import model_defaults
+from webapp.console.models import AuditLog
+from webapp.console.registry import sync_manager
 from webapp.core.engine import set_manager
+from webapp.core.models import EngineSettings, ModelRegistration
 
 
 def register(client: Client, root: Path, name: str, **extra: Any) -> Any:
@@ -31,6 +32,7 @@ def state(manager: ModelManager, name: str) -> str:
 
 def test_table_lists_the_manager_models(staff_client: Client, manager: ModelManager) -> None:
     manager.load("base")
+    sync_manager()  # as the server does on start
     html = staff_client.get(reverse("console:models")).content.decode()
     for text in (
         "base",
@@ -60,6 +62,16 @@ def test_register_from_disk(staff_client: Client, manager: ModelManager, model_r
         and entry.actor is not None
         and (entry.after or {})["aliases"] == ["small", "mini"]
     )
+
+
+def test_a_registered_model_is_confined_to_the_roots_again_at_load(
+    staff_client: Client, manager: ModelManager, model_root: Path
+) -> None:
+    from webapp.console.registry import engine_config_for
+
+    register(staff_client, model_root, "tiny")
+    config = engine_config_for(ModelRegistration.objects.get(name="tiny"))
+    assert config.model_roots == (str(model_root),)
 
 
 def test_register_refuses_escapes_and_clashes(
@@ -131,7 +143,7 @@ def test_memory_budget_evicts_lru_or_refuses(
     staff_client: Client, manager: ModelManager, model_root: Path
 ) -> None:
     register(staff_client, model_root, "tiny")
-    EngineSettings.objects.update(memory_budget_bytes=150 * MIB)
+    EngineSettings.objects.create(memory_budget_bytes=150 * MIB)
     for name in ("base", "tiny"):
         staff_client.post(reverse("console:model-load", args=[name]))
         process_jobs.wait_all()
@@ -161,7 +173,7 @@ def test_defaults_save_and_restart_when_needed(
     staff_client: Client, manager: ModelManager, engines: list[SizedFakeEngine]
 ) -> None:
     manager.load("base")
-    staff_client.get(reverse("console:models"))
+    sync_manager()
     row = ModelRegistration.objects.get(name="base")
     prefix = f"m{row.pk}-"
     data = {prefix + "dtype": "auto", prefix + "temperature": "0.3", prefix + "system_prompt": "Be brief."}
@@ -200,7 +212,7 @@ def test_quantization_is_per_model_and_restarts_it(
     """A 4-bit setting in mooncake.yaml belongs to the model it serves: the builtin row takes it, and a
     Hugging Face folder registered in the console does not inherit it (it could not load)."""
     settings.MOONCAKE = {**settings.MOONCAKE, "model": {"model_id": "default", "quantization": "gguf"}}
-    staff_client.get(reverse("console:models"))
+    sync_manager()
     base = ModelRegistration.objects.get(name="base")
     assert base.builtin and base.quantization == "gguf"
     register(staff_client, model_root, "tiny")
@@ -228,7 +240,7 @@ def test_quantization_is_per_model_and_restarts_it(
 
 
 def test_invalid_defaults_are_reported(staff_client: Client, manager: ModelManager) -> None:
-    staff_client.get(reverse("console:models"))
+    sync_manager()
     row = ModelRegistration.objects.get(name="base")
     data = {f"m{row.pk}-dtype": "int3", f"m{row.pk}-temperature": "9"}
     response = staff_client.post(
@@ -255,9 +267,15 @@ def test_registrations_survive_a_new_process(
     fresh = ModelManager(engine_factory=lambda config: cast(Any, SizedFakeEngine(config)))
     set_manager(fresh)
     try:
-        staff_client.get(reverse("console:models"))
-        assert {i.name for i in fresh.list()} >= {"tiny"}
+        # The page lists the saved model before the new process takes it up, and only reads.
+        rows = ModelRegistration.objects.count()
+        html = staff_client.get(reverse("console:models")).content.decode()
+        assert 'data-model="tiny" data-state="available"' in html and not fresh.list()
+        assert ModelRegistration.objects.count() == rows
+        staff_client.post(reverse("console:model-load", args=["tiny"]))  # any model action syncs
+        process_jobs.wait_all()
         assert next(i for i in fresh.list() if i.name == "tiny").aliases == ["small"]
+        assert state(fresh, "tiny") == "loaded"
     finally:
         set_manager(manager)
 
@@ -267,15 +285,3 @@ def test_keep_alive_must_be_positive(
     staff_client: Client, manager: ModelManager, model_root: Path, value: str
 ) -> None:
     assert register(staff_client, model_root, "tiny", keep_alive_seconds=value).status_code == 400
-
-
-def test_model_defaults_for_name_or_alias(db: None) -> None:
-    assert model_defaults("nothing") == {"sampling": {}, "system_prompt": ""}
-    ModelRegistration.objects.create(
-        name="m", source="default", aliases=["alias"], sampling_defaults={"top_p": 0.5}, system_prompt="Hi."
-    )
-    assert model_defaults("alias") == {"sampling": {"top_p": 0.5}, "system_prompt": "Hi."}
-    assert not EngineSettings.objects.exists()  # reading never creates the settings row
-    EngineSettings.objects.create(default_temperature=0.2, default_top_p=0.9)
-    assert model_defaults("m")["sampling"] == {"temperature": 0.2, "top_p": 0.5}
-    assert model_defaults("nothing") == {"sampling": {"temperature": 0.2, "top_p": 0.9}, "system_prompt": ""}

@@ -16,8 +16,8 @@ from tests.webapp.console.conftest import SizedFakeEngine
 from webapp.api.models import RequestLog
 from webapp.console import dashboard
 from webapp.console.jobs import process_jobs
-from webapp.console.models import EngineSettings
 from webapp.console.templatetags import console as console_filters
+from webapp.core.models import EngineSettings
 
 
 @pytest.fixture
@@ -58,13 +58,13 @@ def test_filters(staff_client: Client, log_rows: None, params: dict[str, str], c
 def test_prompt_text_only_when_enabled(staff_client: Client, log_rows: None) -> None:
     page = staff_client.get(reverse("console:requests")).content.decode()
     assert "SECRET PROMPT" not in page and "Prompt text is not stored" in page
-    EngineSettings.objects.update(log_prompts=True)
+    EngineSettings.objects.create(log_prompts=True)
     assert "SECRET PROMPT" in staff_client.get(reverse("console:requests")).content.decode()
 
 
 async def _generate(engine: SizedFakeEngine, n: int) -> None:
     for _ in range(n):
-        async for _output in await engine.generate("hi", SamplingParams(max_tokens=4)):
+        async for _output in engine.generate("hi", SamplingParams(max_tokens=4)):
             pass
 
 

@@ -9,7 +9,7 @@ from django.test import Client
 
 from inference import ModelManager
 from webapp.console import startup
-from webapp.console.models import ModelRegistration
+from webapp.core.models import ModelRegistration
 
 
 def test_first_request_registers_saved_models(manager: ModelManager, settings: Any, db: None) -> None:

@@ -9,13 +9,15 @@ from django.test import Client
 from django.urls import reverse
 
 from inference import EngineConfig, ModelManager
+from inference.api import ATTENTION_BACKENDS
 from inference.attention import BACKEND_NAMES
 from tests.webapp.console.conftest import SizedFakeEngine
-from webapp.console.engine_settings import engine_overrides, engine_settings_get
 from webapp.console.forms import TUNING_HELP
 from webapp.console.jobs import process_jobs
-from webapp.console.models import AuditLog, EngineSettings, ModelRegistration
+from webapp.console.models import AuditLog
 from webapp.console.registry import engine_config_for
+from webapp.core.engine_settings import engine_overrides, engine_settings_get
+from webapp.core.models import EngineSettings, ModelRegistration
 
 VALID = {
     "max_num_seqs": "8",
@@ -69,11 +71,13 @@ def test_apply_restarts_loaded_engines_and_audits(
     staff_client: Client, manager: ModelManager, engines: list[SizedFakeEngine]
 ) -> None:
     manager.load("base")
+    engines[0].queued = ["queued request"]
     response = staff_client.post(reverse("console:tuning"), VALID)
     assert response.status_code == 302
     process_jobs.wait_all()
     assert engines[0].shutdown_calls == [5.0]  # drained with the new timeout
-    assert engines[1].adopted == [[]]  # through ModelManager.reconfigure: queued requests are handed over
+    # Through ModelManager.reconfigure: queued requests are handed over.
+    assert engines[1].adopted == ["queued request"]
     assert len(engines) == 2 and engines[1].config.max_num_seqs == 8
     assert engines[1].config.max_num_batched_tokens == 512
     assert manager.default_name == "base"
@@ -105,8 +109,10 @@ def test_unchanged_form_writes_no_audit(staff_client: Client, manager: ModelMana
 
 
 def test_backend_choices_are_the_engines() -> None:
-    """The model copies inference's list (importing it would load torch); keep the two in step."""
-    assert tuple(EngineSettings.AttentionBackend.values) == BACKEND_NAMES
+    """One list: the console's choices, config validation and the attention selector all use it."""
+    field = EngineSettings._meta.get_field("attention_backend")
+    assert tuple(value for value, _ in field.choices) == ATTENTION_BACKENDS
+    assert BACKEND_NAMES is ATTENTION_BACKENDS
     for name in BACKEND_NAMES:
         assert EngineConfig(attention_backend=name).attention_backend == name
 

@@ -47,6 +47,24 @@ def test_check_reports_settings_and_the_default_model(tmp_path: Path) -> None:
     assert result.stdout.rstrip().endswith("OK")
 
 
+def test_check_prints_every_value_and_its_source(tmp_path: Path) -> None:
+    config = tmp_path / "mooncake.yaml"
+    config.write_text("server: {drain_timeout: 7}\nengine: {max_num_seqs: 8}\n")
+    env = _env(
+        tmp_path, MOONCAKE_DRAIN_TIMEOUT="12", MOONCAKE_API_REQUEST_TIMEOUT="60", MOONCAKE_CPU_THREADS="2"
+    )
+    result = _mooncake(["check", "--config", str(config)], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line.startswith("  ")}
+    assert rows["drain_timeout"] == ["7.0", "yaml", "(server.drain_timeout)"]  # the file over the variable
+    assert rows["api_request_timeout"] == ["60.0", "env", "(MOONCAKE_API_REQUEST_TIMEOUT)"]
+    assert rows["port"] == ["8000", "default"]
+    assert rows["max_num_seqs"] == ["8", "yaml", "(engine.max_num_seqs)"]
+    assert rows["cpu_threads"] == ["2", "env", "(MOONCAKE_CPU_THREADS)"]
+    assert "engine: SmolLM2-135M-Instruct (mooncake.yaml's model, as the server starts it)" in result.stdout
+    assert "console overrides not shown" in result.stdout  # no database yet: `check` does not migrate
+
+
 def test_check_fails_on_a_missing_model_path(tmp_path: Path) -> None:
     config = tmp_path / "mooncake.yaml"
     config.write_text(f"model: {{model_id: {tmp_path / 'nowhere'}}}\n")

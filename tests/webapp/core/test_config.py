@@ -1,4 +1,5 @@
-"""mooncake.yaml: optional, merged over defaults, validated; and how it becomes an EngineConfig."""
+"""The configuration resolver: defaults, environment and mooncake.yaml, validated once, each value with its
+source; and how the file becomes an EngineConfig."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from inference import EngineConfig
+from webapp.core.config import YAML_DEFAULTS as DEFAULTS
+from webapp.core.config import load_mooncake_config, resolve_settings
 from webapp.core.engine import build_engine_config, engine_config_dict, served_model_name
-from webapp.settings.mooncake_yaml import DEFAULTS, load_mooncake_config
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -57,6 +59,8 @@ def test_partial_file_keeps_other_defaults(tmp_path: Path) -> None:
         ("server: {port: 70000}", "server.port"),
         ("server: {port: '80'}", "server.port"),
         ("server: [unclosed", "not valid YAML"),
+        ("server: {drain_timeout: '5'}", "server.drain_timeout"),
+        ("server: {drain_timeout: -1}", "server.drain_timeout"),
     ],
 )
 def test_malformed_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
@@ -137,3 +141,97 @@ def test_redis_urls_switch_channel_layer_and_broker(tmp_path: Path) -> None:
         env, "[settings.CHANNEL_LAYERS['default']['BACKEND'], settings.CELERY_BROKER_TRANSPORT_OPTIONS]"
     )
     assert values == ["channels_redis.core.RedisChannelLayer", {}]
+
+
+def _resolve(tmp_path: Path, env: dict[str, str], yaml_text: str | None = None, **kwargs: Any) -> Any:
+    """resolve_settings over an environment of our own, in a folder with no mooncake.yaml of its own."""
+    if yaml_text is not None:
+        (tmp_path / "mooncake.yaml").write_text(yaml_text)
+    environ = {"MOONCAKE_DATA": str(tmp_path / "data"), **env}
+    return resolve_settings(environ, base_dir=tmp_path / "checkout", cwd=tmp_path, **kwargs)
+
+
+def test_every_value_records_its_source(tmp_path: Path) -> None:
+    resolved = _resolve(tmp_path, {"MOONCAKE_DRAIN_TIMEOUT": "12", "MOONCAKE_API_AUTH": " OFF "})
+    server, sources = resolved.server, resolved.sources
+    assert sources["drain_timeout"].describe() == "env (MOONCAKE_DRAIN_TIMEOUT)"
+    # The validated value, not the variable's text.
+    assert server.drain_timeout == sources["drain_timeout"].value == 12.0
+    assert (server.api_auth, sources["api_auth"].source) == ("off", "env")
+    assert (server.port, sources["port"].source) == (8000, "default")
+    assert (server.data_dir, sources["data_dir"].source) == ((tmp_path / "data").resolve(), "env")
+    assert server.cache_dir == (tmp_path / "data").resolve() / "cache"
+    assert sources["cache_dir"].source == "default"
+    assert server.config_file is None and resolved.yaml == DEFAULTS
+
+
+def test_yaml_goes_over_the_environment(tmp_path: Path) -> None:
+    resolved = _resolve(
+        tmp_path, {"MOONCAKE_DRAIN_TIMEOUT": "12"}, "server: {port: 9001, drain_timeout: 7.5}\n"
+    )
+    assert resolved.server.config_file == tmp_path / "mooncake.yaml"
+    assert resolved.sources["drain_timeout"].describe() == "yaml (server.drain_timeout)"
+    assert (resolved.server.drain_timeout, resolved.server.port) == (7.5, 9001)
+    assert resolved.yaml["server"] == {"host": "127.0.0.1", "port": 9001, "drain_timeout": 7.5}
+    assert resolved.yaml_keys == {"server.port", "server.drain_timeout"}
+
+
+def test_a_settings_modules_defaults_and_file_discovery(tmp_path: Path) -> None:
+    (tmp_path / "mooncake.yaml").write_text("server: {port: 9001}\n")
+    resolved = _resolve(tmp_path, {}, defaults={"api_auth": "off"}, discover=False)
+    assert (resolved.server.api_auth, resolved.sources["api_auth"].source) == ("off", "default")
+    assert resolved.server.config_file is None and resolved.server.port == 8000
+    named = _resolve(tmp_path, {"MOONCAKE_CONFIG": str(tmp_path / "mooncake.yaml")}, discover=False)
+    assert named.server.port == 9001 and named.sources["config_file"].source == "env"
+
+
+def test_blank_variables_are_unset_and_roots_split_on_pathsep(tmp_path: Path) -> None:
+    roots = os.pathsep.join(["/srv/a", " ", "/srv/b"])
+    resolved = _resolve(tmp_path, {"MOONCAKE_AUTOLOAD": "  ", "MOONCAKE_MODEL_ROOTS": roots})
+    assert resolved.server.autoload is True and resolved.sources["autoload"].source == "default"
+    assert resolved.server.model_roots == (Path("/srv/a"), Path("/srv/b"))
+
+
+def test_engine_variables_are_kept_for_every_model(tmp_path: Path) -> None:
+    resolved = _resolve(tmp_path, {"MOONCAKE_CPU_THREADS": "2", "CXX": "g++-13"})
+    assert {k: (s.value, s.origin) for k, s in resolved.engine_env.items()} == {
+        "cpu_threads": ("2", "MOONCAKE_CPU_THREADS"),
+        "kernel_compiler": ("g++-13", "CXX"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MOONCAKE_DRAIN_TIMEOUT": "soon"}, "MOONCAKE_DRAIN_TIMEOUT='soon'"),
+        ({"MOONCAKE_DRAIN_TIMEOUT": "-1"}, "MOONCAKE_DRAIN_TIMEOUT"),
+        ({"MOONCAKE_API_AUTH": "maybe"}, "MOONCAKE_API_AUTH='maybe'"),
+        ({"MOONCAKE_AUTOLOAD": "perhaps"}, "MOONCAKE_AUTOLOAD"),
+        ({"MOONCAKE_API_REQUEST_TIMEOUT": "0"}, "MOONCAKE_API_REQUEST_TIMEOUT"),
+        ({"MOONCAKE_CPU_THREADS": "many"}, "MOONCAKE_CPU_THREADS='many'"),
+        ({"MOONCAKE_CPU_THREADS": "0"}, "MOONCAKE_CPU_THREADS"),
+    ],
+)
+def test_bad_values_name_their_variable(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=message):
+        _resolve(tmp_path, env)
+
+
+def test_console_overrides_go_on_top_and_are_validated(tmp_path: Path) -> None:
+    resolved = _resolve(tmp_path, {"MOONCAKE_DRAIN_TIMEOUT": "12"})
+    over = resolved.overlay({"drain_timeout": 5}, source="console", origin="tuning page")
+    assert over.server.drain_timeout == 5.0
+    assert over.sources["drain_timeout"].describe() == "console (tuning page)"
+    assert resolved.server.drain_timeout == 12.0  # the overlay is a new object
+    with pytest.raises(ImproperlyConfigured, match="tuning page"):
+        resolved.overlay({"drain_timeout": -1}, source="console", origin="tuning page")
+
+
+def test_settings_are_built_from_the_resolver(tmp_path: Path) -> None:
+    env = {"MOONCAKE_DATA": str(tmp_path / "data"), "MOONCAKE_DRAIN_TIMEOUT": "9"}
+    values = _settings_in_subprocess(
+        env,
+        "[settings.MOONCAKE_DRAIN_TIMEOUT, settings.MOONCAKE_SETTINGS.sources['drain_timeout'].source,"
+        " settings.MOONCAKE_API_AUTH, settings.MOONCAKE_SETTINGS.server.api_auth]",
+    )
+    assert values == [9.0, "env", "off", "off"]

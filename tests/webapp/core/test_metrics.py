@@ -1,4 +1,4 @@
-"""/metrics carries django-prometheus's metrics and the engine's under DESIGN.md §3 names."""
+"""/metrics carries django-prometheus's metrics and the engine's under vLLM-style `mooncake:*` names."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ ENGINE_NAMES = [
 
 
 async def _run_one(engine: FakeEngine) -> None:
-    async for _ in await engine.generate("Hi there", SamplingParams(max_tokens=50)):
+    async for _ in engine.generate("Hi there", SamplingParams(max_tokens=50)):
         pass
 
 

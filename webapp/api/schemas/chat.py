@@ -6,14 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from webapp.api.schemas.common import (
-    MAX_TOP_LOGPROBS,
-    SamplingFields,
-    Text,
-    TokenCount,
-    Usage,
-    well_formed,
-)
+from webapp.api.schemas.common import SamplingFields, Text, Usage, well_formed
+from webapp.core.sampling import TokenCount, TopLogprobs
 
 
 class TextPart(BaseModel):
@@ -112,7 +106,7 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    top_logprobs: TopLogprobs | None = None
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None

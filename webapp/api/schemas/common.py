@@ -1,4 +1,4 @@
-"""Request fields shared by chat and completions, with OpenAI's ranges.
+"""Request fields shared by chat and completions, with OpenAI's ranges (defined in webapp.core.sampling).
 
 Every number has a finite range the engine's tensors can hold (int64 counts and ids, float32 logits), so
 no value that passes here can fail inside a batched step: integers that size tensors or index the
@@ -12,14 +12,20 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-INT32_MAX = 2**31 - 1
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-MAX_N = 64
-MAX_TOP_LOGPROBS = 20
-MAX_STOP_SEQUENCES = 16
-MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
-MIN_REPETITION_PENALTY = 0.01  # the engine's floor: logits are divided by it
+from inference.api import MAX_INT32, MAX_LOGIT_BIAS, MAX_STOP_STRINGS
+from webapp.core.sampling import (
+    Bias,
+    ChoiceCount,
+    MinP,
+    MinTokens,
+    Penalty,
+    RepetitionPenalty,
+    Seed,
+    Temperature,
+    TokenCount,
+    TopK,
+    TopP,
+)
 
 
 def well_formed(text: str) -> str:
@@ -32,13 +38,6 @@ def well_formed(text: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(well_formed)]
-# Token ids index int32-sized vocabularies; the model's own vocabulary is checked later.
-TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
-TokenCount = Annotated[int, Field(ge=1, le=INT32_MAX)]
-Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
-TopP = Annotated[float, Field(gt=0.0, le=1.0)]
-Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
-Bias = Annotated[float, Field(ge=-100.0, le=100.0)]
 
 
 class StreamOptions(BaseModel):
@@ -56,20 +55,20 @@ class SamplingFields(BaseModel):
     max_tokens: TokenCount | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
-    n: int = Field(default=1, ge=1, le=MAX_N)
+    n: ChoiceCount = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     presence_penalty: Penalty = 0.0
     frequency_penalty: Penalty = 0.0
     logit_bias: dict[str, Bias] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
-    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    seed: Seed | None = None
     user: str | None = None
     # Extras beyond OpenAI, as vLLM accepts them.
-    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # -1 and 0: off
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    repetition_penalty: float | None = Field(default=None, ge=MIN_REPETITION_PENALTY, le=2.0)
-    min_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
+    top_k: TopK | None = None  # -1 and 0: off
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    min_tokens: MinTokens = 0
     ignore_eos: bool = False
     skip_special_tokens: bool = True
 
@@ -79,8 +78,8 @@ class SamplingFields(BaseModel):
         for stop in [value] if isinstance(value, str) else value or []:
             well_formed(stop)
         if isinstance(value, list):
-            if len(value) > MAX_STOP_SEQUENCES:
-                raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
+            if len(value) > MAX_STOP_STRINGS:
+                raise ValueError(f"at most {MAX_STOP_STRINGS} stop sequences")
             if any(s == "" for s in value):
                 raise ValueError("stop sequences must not be empty")
         elif value == "":
@@ -92,8 +91,8 @@ class SamplingFields(BaseModel):
     def _bias_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         for key in value or {}:
             # isdecimal() alone would take "٣" or a 5000-digit number: ASCII digits, then the range.
-            if not (key.isascii() and key.isdecimal() and len(key) <= 10 and int(key) <= INT32_MAX):
-                raise ValueError(f"logit_bias keys must be token ids in [0, {INT32_MAX}], got {key!r}")
+            if not (key.isascii() and key.isdecimal() and len(key) <= 10 and int(key) <= MAX_INT32):
+                raise ValueError(f"logit_bias keys must be token ids in [0, {MAX_INT32}], got {key!r}")
         return value
 
     def stop_list(self) -> list[str]:

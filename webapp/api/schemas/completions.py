@@ -4,25 +4,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ValidationInfo, field_validator, model_validator
 
-from webapp.api.schemas.common import (
-    INT32_MAX,
-    MAX_N,
-    MAX_TOP_LOGPROBS,
-    SamplingFields,
-    Usage,
-    well_formed,
-)
+from inference.api import DEFAULT_MAX_QUEUE_LEN, MAX_INT32
+from webapp.api.schemas.common import SamplingFields, Usage, well_formed
+from webapp.core.sampling import ChoiceCount, TopLogprobs
 
 # A string, a list of strings, a list of token ids, or a list of token-id lists.
 Prompt = str | list[str] | list[int] | list[list[int]]
 
 DEFAULT_COMPLETION_TOKENS = 16
 # Sequences (prompts x n) one request may ask for. Each prompt is one engine request, and the engine's
-# queue holds 256 by default (max_queue_len): a request past this could never be admitted at once, and
-# a client told "503, retry" would retry forever. Servers with a smaller queue refuse earlier (services).
-MAX_SEQUENCES = 256
+# queue holds this many by default (max_queue_len): a request past it could never be admitted at once,
+# and a client told "503, retry" would retry forever. Servers with a smaller queue refuse earlier (services).
+MAX_SEQUENCES = DEFAULT_MAX_QUEUE_LEN
 
 
 def prompt_count(prompt: Prompt) -> int:
@@ -35,9 +30,9 @@ def prompt_count(prompt: Prompt) -> int:
 class CompletionRequest(SamplingFields):
     prompt: Prompt
     echo: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    logprobs: TopLogprobs | None = None
     suffix: str | None = None
-    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
+    best_of: ChoiceCount | None = None
 
     @field_validator("prompt")
     @classmethod
@@ -55,9 +50,9 @@ class CompletionRequest(SamplingFields):
                 continue
             # No vocabulary reaches 2**31 ids; the model's own size is checked once it is known.
             ids = [item] if isinstance(item, int) else item
-            bad = next((t for t in ids if not 0 <= t <= INT32_MAX), None)
+            bad = next((t for t in ids if not 0 <= t <= MAX_INT32), None)
             if bad is not None:
-                raise ValueError(f"token id {bad} is outside any vocabulary (ids are in [0, {INT32_MAX}])")
+                raise ValueError(f"token id {bad} is outside any vocabulary (ids are in [0, {MAX_INT32}])")
         return value
 
     @model_validator(mode="after")

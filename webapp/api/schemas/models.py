@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from webapp.api.schemas.chat import ChatMessage
 from webapp.api.schemas.chat import Tool as ChatTool
-from webapp.api.schemas.common import Text, TokenId
+from webapp.api.schemas.common import Text
+from webapp.core.sampling import TokenId
 
 
 class ModelCard(BaseModel):

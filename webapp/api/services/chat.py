@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from inference.api import EngineClient, LogitsProcessor
 from webapp.api.schemas.chat import ChatCompletionRequest
 from webapp.api.services.defaults import RequestDefaults, apply_chat_defaults
 from webapp.api.services.engine_access import model_name, vocab_size
@@ -15,12 +16,12 @@ from webapp.api.services.grammar import GrammarLogitsProcessor, json_schema_gram
 from webapp.api.services.logprobs import chat_logprobs
 from webapp.api.services.pipeline import Job, usage_of
 from webapp.api.services.prompts import check_prompt, message_text, render_chat
-from webapp.api.services.sampling import LogitsProcessor, build_params
+from webapp.api.services.sampling import build_params
 from webapp.api.services.tools import ToolPlan, call_dict, new_call_id, parse_calls, tool_plan
 
 
 def _grammar(
-    engine: Any, body: ChatCompletionRequest, plan: ToolPlan | None, prompt_len: int
+    engine: EngineClient, body: ChatCompletionRequest, plan: ToolPlan | None, prompt_len: int
 ) -> list[LogitsProcessor]:
     if plan is not None and plan.schema is not None:
         grammar = json_schema_grammar(plan.schema, param="tools")
@@ -30,11 +31,11 @@ def _grammar(
         grammar = json_schema_grammar(body.response_format.json_schema.json_schema, param="response_format")
     else:
         return []
-    tokenizer = ll_tokenizer(engine.tokenizer, set(getattr(engine, "eos_token_ids", set()) or set()))
+    tokenizer = ll_tokenizer(engine.tokenizer, set(engine.eos_token_ids))
     return [GrammarLogitsProcessor(tokenizer, grammar, prompt_len=prompt_len)]
 
 
-def prepare_chat(engine: Any, body: ChatCompletionRequest, *, defaults: RequestDefaults) -> Job:
+def prepare_chat(engine: EngineClient, body: ChatCompletionRequest, *, defaults: RequestDefaults) -> Job:
     body = apply_chat_defaults(body, defaults)
     plan = tool_plan(body)
     ids = render_chat(

@@ -7,11 +7,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inference import CompletionOutput, RequestOutput
+from inference.api import CompletionOutput, EngineClient, RequestOutput
 from webapp.api.errors import invalid
 from webapp.api.schemas.completions import CompletionRequest, prompt_count
 from webapp.api.services.defaults import RequestDefaults, apply_sampling_defaults
-from webapp.api.services.engine_access import model_name, queue_capacity, vocab_size
+from webapp.api.services.engine_access import model_name, vocab_size
 from webapp.api.services.generation import Generation, merged, run_to_end, timed_out_error
 from webapp.api.services.logprobs import (
     LegacyEntry,
@@ -24,7 +24,7 @@ from webapp.api.services.prompts import check_prompt, encode_text
 from webapp.api.services.sampling import build_params
 
 
-def _prompt_list(engine: Any, prompt: Any) -> tuple[list[list[int]], list[str | None]]:
+def _prompt_list(engine: EngineClient, prompt: Any) -> tuple[list[list[int]], list[str | None]]:
     """Token ids per prompt, plus the original text where there was one (echo returns it verbatim)."""
     if isinstance(prompt, str):
         return [encode_text(engine, prompt)], [prompt]
@@ -37,10 +37,10 @@ def _prompt_list(engine: Any, prompt: Any) -> tuple[list[list[int]], list[str | 
     return [list(p) for p in prompt], [None] * len(prompt)
 
 
-def check_fits_queue(engine: Any, body: CompletionRequest) -> None:
+def check_fits_queue(engine: EngineClient, body: CompletionRequest) -> None:
     """Each prompt is one engine request: more than the queue can ever hold is a 400, never a 503 to retry."""
-    capacity, count = queue_capacity(engine), prompt_count(body.prompt)
-    if capacity is not None and count > capacity:
+    capacity, count = engine.max_queue_len, prompt_count(body.prompt)
+    if count > capacity:
         raise invalid(
             f"This request has {count} prompts, but this server queues at most {capacity} requests, so "
             f"it could never be admitted: send at most {capacity} prompts per request.",
@@ -48,7 +48,7 @@ def check_fits_queue(engine: Any, body: CompletionRequest) -> None:
         )
 
 
-def prepare_completion(engine: Any, body: CompletionRequest, *, defaults: RequestDefaults) -> Job:
+def prepare_completion(engine: EngineClient, body: CompletionRequest, *, defaults: RequestDefaults) -> Job:
     check_fits_queue(engine, body)  # before any tokenizing: the answer does not depend on it
     body = apply_sampling_defaults(body, defaults)
     prompts, texts = _prompt_list(engine, body.prompt)

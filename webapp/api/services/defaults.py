@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from webapp.api.schemas.chat import ChatCompletionRequest, ChatMessage
 from webapp.api.schemas.common import SamplingFields
+from webapp.core.selectors import model_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ class RequestDefaults:
 
 def request_defaults(*, model: str) -> RequestDefaults:
     """The console's defaults for `model` (name or alias): global tuning overlaid with the model's own."""
-    from webapp.console.registry import model_defaults
-
     defaults = model_defaults(model)
     return RequestDefaults(
         sampling=_valid(defaults["sampling"]), system_prompt=str(defaults["system_prompt"] or "")

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from django.conf import settings
 
-from inference import RequestOutput, SamplingParams
+from inference.api import EngineClient, RequestOutput, SamplingParams
 from webapp.api.errors import APIError, from_engine_error, unavailable
 
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
@@ -39,12 +37,18 @@ class Generation:
     """One engine request. start() surfaces admission errors; outputs() yields until finished or deadline."""
 
     def __init__(
-        self, engine: Any, prompt: list[int], params: SamplingParams, *, request_id: str, deadline: float
+        self,
+        engine: EngineClient,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        request_id: str,
+        deadline: float,
     ) -> None:
-        # AsyncEngine.generate is an async generator function; an `async def` returning an iterator is
-        # accepted too (the test fake is one), so the call's result is awaited when it is awaitable.
-        self._call: Any = engine.generate(prompt, params, request_id=request_id)
-        self._iter: AsyncIterator[RequestOutput] | None = None
+        # Nothing is submitted until the first anext(); closing the generator before then is free.
+        self._iter: AsyncGenerator[RequestOutput, None] = engine.generate(
+            prompt, params, request_id=request_id
+        )
         self._deadline = deadline
         self._primed: RequestOutput | None = None
         self.prompt_len = len(prompt)
@@ -56,8 +60,6 @@ class Generation:
         """The next output, None when finished; sets timed_out (and aborts) at the deadline."""
         try:
             async with asyncio.timeout_at(self._deadline):
-                if self._iter is None:
-                    self._iter = await self._call if inspect.isawaitable(self._call) else self._call
                 out = await anext(self._iter)
         except StopAsyncIteration:
             return None
@@ -95,12 +97,8 @@ class Generation:
             await self.close()
 
     async def close(self) -> None:
-        if self._iter is None and inspect.iscoroutine(self._call):
-            self._call.close()  # never awaited: nothing was submitted to the engine
-        aclose = getattr(self._iter, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
+        with contextlib.suppress(Exception):
+            await self._iter.aclose()
 
     def produced_tokens(self) -> bool:
         return self.last is not None and any(o.token_ids for o in self.last.outputs)

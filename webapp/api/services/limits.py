@@ -1,6 +1,6 @@
 """Per-key and per-user limits: requests/min, tokens/min and concurrent requests, enforced with 429s.
 
-Counters live in this process: one process owns one engine (DESIGN.md §4), and a replica's share of a
+Counters live in this process: each replica owns its own engines, and a replica's share of a
 limit is a deliberate approximation rather than a cross-replica store on every request.
 """
 

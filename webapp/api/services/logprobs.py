@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from inference import Logprob
+from inference.api import Logprob
 
 TokenLogprobs = list[tuple[Logprob, list[Logprob]]]
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from inference.api import ModelInfo, ModelManagerClient
 from webapp.api.schemas.models import ModelCard
 from webapp.core.engine import get_manager
 
@@ -12,9 +12,9 @@ from webapp.core.engine import get_manager
 _STARTED = int(time.time())
 
 
-def _card(info: Any, manager: Any) -> ModelCard:
+def _card(info: ModelInfo, manager: ModelManagerClient) -> ModelCard:
     max_len = None
-    if getattr(info, "state", None) == "loaded":
+    if info.state == "loaded":
         try:
             max_len = int(manager.peek(info.name).max_model_len)
         except Exception:

@@ -17,11 +17,11 @@ from typing import Any, Protocol
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
-from inference import SamplingParams
+from inference.api import EngineClient, SamplingParams
 from webapp.api.auth import Caller, authenticate
 from webapp.api.errors import APIError
 from webapp.api.services.defaults import RequestDefaults, request_defaults_shared
-from webapp.api.services.engine_access import engine_for, expecting, model_name
+from webapp.api.services.engine_access import engine_for, model_name
 from webapp.api.services.generation import Generation, new_request_id, request_timeout_s, start_all
 from webapp.api.services.limits import Admission, limiter
 from webapp.api.services.streaming import sse_frames
@@ -99,7 +99,7 @@ async def run_generation(
     endpoint: str,
     model: str | None,
     stream: bool,
-    prepare: Callable[[Any, RequestDefaults], Job],
+    prepare: Callable[[EngineClient, RequestDefaults], Job],
     renderer: Renderer,
 ) -> HttpResponseBase:
     caller = await authenticate(request)
@@ -108,7 +108,7 @@ async def run_generation(
         engine = await engine_for(model)
         # Announced from here until submitted: an idle engine lets a burst of requests gather into one
         # first step rather than prefilling whichever got through this preparation first on its own.
-        with expecting(engine):
+        with engine.expect():
             # The console's defaults are a DB read: on Django's thread-sensitive path, like auth and usage.
             defaults = await request_defaults_shared(model=model_name(engine, model))
             # Templates, tokenization and grammar compilation are CPU work: keep them off the event loop.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from inference.api import EngineClient
 from webapp.api.errors import invalid
 from webapp.api.schemas.chat import ChatMessage, TextPart, Tool
 from webapp.api.services.engine_access import vocab_size
@@ -59,7 +60,7 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def render_chat(
-    engine: Any,
+    engine: EngineClient,
     messages: list[ChatMessage],
     *,
     tools: list[Tool] | None,
@@ -100,11 +101,11 @@ def _with_system(messages: list[dict[str, Any]], text: str) -> list[dict[str, An
     return [{"role": "system", "content": text}, *messages]
 
 
-def encode_text(engine: Any, text: str) -> list[int]:
+def encode_text(engine: EngineClient, text: str) -> list[int]:
     return list(engine.tokenizer.encode(text))
 
 
-def check_prompt(engine: Any, ids: list[int], *, max_tokens: int | None, param: str) -> int:
+def check_prompt(engine: EngineClient, ids: list[int], *, max_tokens: int | None, param: str) -> int:
     """Validate one prompt's ids; return the max_tokens to use (None: the rest of the context)."""
     if not ids:
         raise invalid("The prompt is empty.", param=param)

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from inference import SamplingParams
+from inference.api import LogitsProcessor, SamplingParams
 from webapp.api.errors import invalid
 from webapp.api.schemas.common import SamplingFields
-
-LogitsProcessor = Callable[[list[int], torch.Tensor], torch.Tensor]
 
 
 def logit_bias_ids(bias: dict[str, float] | None, vocab: int) -> dict[int, float] | None:

@@ -11,7 +11,7 @@ from django.db import transaction
 from webapp.accounts.services import usage_record
 from webapp.api.auth import Caller
 from webapp.api.models import RequestLog
-from webapp.console.engine_settings import log_prompts_enabled
+from webapp.core.engine_settings import log_prompts_enabled
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from webapp.console import lifecycle, registry
 from webapp.console.audit import audit_record
 from webapp.console.forms import ModelDefaultsForm, RegisterHubForm, RegisterLocalForm
 from webapp.console.hf_import import HubImportError, hf_import_start
-from webapp.console.models import ModelRegistration
 from webapp.console.paths import allowed_roots
 from webapp.console.selectors import model_rows
 from webapp.console.views.access import staff_required
+from webapp.core.models import ModelRegistration
 
 
 def _table_context(*, error: str = "", notice: str = "") -> dict[str, Any]:

@@ -6,10 +6,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from webapp.console.engine_settings import engine_settings_get
 from webapp.console.forms import RequestFilterForm
 from webapp.console.selectors import RequestFilters, request_log
 from webapp.console.views.access import staff_required
+from webapp.core.engine_settings import engine_settings_get
 
 
 @staff_required

@@ -8,11 +8,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from webapp.console import lifecycle
-from webapp.console.engine_settings import engine_settings_get
 from webapp.console.forms import TuningForm
 from webapp.console.registry import sync_manager
 from webapp.console.tuning import engine_settings_update
 from webapp.console.views.access import staff_required
+from webapp.core.engine_settings import engine_settings_get
 
 
 @staff_required

@@ -1,0 +1,127 @@
+"""Our side: LLMEngine on the saved directory, its greedy tokens, and its throughput run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.gpu_check.budget import run_deadline
+from bench.gpu_check.memory import peak_mib, reset_peak
+from bench.gpu_check.report import Settings, Throughput
+from inference import EngineConfig, LLMEngine, SamplingParams
+
+
+def our_engine(model_dir: Path, settings: Settings, max_model_len: int, max_num_seqs: int) -> LLMEngine:
+    config = EngineConfig(
+        model=str(model_dir),
+        dtype=settings.dtype,
+        device=settings.device,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max(4096, settings.input_len[1]),
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        enforce_eager=settings.eager,
+    )
+    return LLMEngine(config)
+
+
+def our_greedy(engine: LLMEngine, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, ignore_eos=True)
+    return [list(out.outputs[0].token_ids) for out in engine.generate(prompts, params)]
+
+
+def _runner_note(engine: LLMEngine, settings: Settings, result: Throughput) -> None:
+    runner: Any = engine.runner  # the ModelRunner (the engine's Runner protocol leaves these out)
+    backend = str(runner.attention_backend_name)
+    result.add_note(f"kv={engine.stats().kv_capacity_tokens} tokens, attn={backend}")
+    result.extra["attention_backend"] = backend
+    sizes = sorted(int(s) for s in runner.cuda_graph_sizes)
+    result.extra["cuda_graph_sizes"] = sizes
+    result.add_note(
+        f"cuda_graphs={len(sizes)} sizes {sizes[0]}..{sizes[-1]}" if sizes else "cuda_graphs=none"
+    )
+    if settings.eager:
+        result.add_note("--eager")
+
+
+def _latency_totals(engine: LLMEngine) -> dict[str, tuple[float, int]]:
+    """(sum of seconds, count) of the engine's latency histograms: two readings give one run's means."""
+    return {name: (h.sum, h.count) for name, h in engine.stats().histograms.items()}
+
+
+def _step_note(
+    engine: LLMEngine, steps: int, before: dict[str, tuple[float, int]], result: Throughput
+) -> None:
+    """Steps and their mean wall time, and the engine's own latencies over this run.
+
+    The engine times inter-token latency (a decode step as a request sees it) and time to first token
+    (prefill, with its queueing); a forward/host split of each step needs a timing record in the engine.
+    """
+    if not steps:
+        return
+    step_ms = result.seconds / steps * 1e3
+    result.extra.update(steps=steps, step_ms=round(step_ms, 2))
+    note = f"{steps} steps, {step_ms:.1f} ms each"
+    after = _latency_totals(engine)
+    for name, label, scale, unit in (("itl", "ITL", 1e3, "ms"), ("ttft", "TTFT", 1.0, "s")):
+        seconds = after[name][0] - before[name][0]
+        count = after[name][1] - before[name][1]
+        if count:
+            mean = seconds / count * scale
+            result.extra[f"{name}_mean_{unit}"] = round(mean, 3)
+            note += f", {label} mean {mean:.{1 if unit == 'ms' else 2}f} {unit}"
+    result.add_note(note)
+
+
+def our_throughput(
+    engine: LLMEngine,
+    prompts: list[list[int]],
+    outputs: list[int],
+    settings: Settings,
+    slice_s: float,
+    hard_end: float,
+) -> Throughput:
+    result = Throughput("ours LLMEngine", requests=len(prompts))
+    warm = time.perf_counter()
+    engine.generate([prompts[0][:16]], SamplingParams(temperature=0.0, max_tokens=4))
+    result.extra["warmup_s"] = round(time.perf_counter() - warm, 1)
+    reset_peak(settings.device)
+    generated: dict[str, int] = {}
+    steps = 0
+    latencies = _latency_totals(engine)
+    started = time.perf_counter()
+    deadline = run_deadline(result, started, slice_s, hard_end)
+    try:
+        for i, (prompt, n) in enumerate(zip(prompts, outputs, strict=True)):
+            params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+            engine.add_request(f"r{i}", prompt, params)
+        while engine.has_unfinished_requests():
+            if time.perf_counter() > deadline:
+                result.cut = True
+                break
+            steps += 1
+            for out in engine.step():
+                generated[out.request_id] = len(out.outputs[0].token_ids)
+                if out.finished:
+                    result.requests_done += 1
+                    result.prompt_tokens += len(out.prompt_token_ids)
+        if settings.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        result.seconds = time.perf_counter() - started
+        result.output_tokens = sum(generated.values())
+        result.peak_mem_mib = peak_mib(settings.device)
+    finally:
+        for i in range(len(prompts)):  # anything cut short at the deadline (or by a crash)
+            engine.abort_request(f"r{i}")
+        while engine.has_unfinished_requests():
+            engine.step()
+    _step_note(engine, steps, latencies, result)
+    if result.cut:
+        result.add_note(f"cut at {result.seconds:.0f}s: tokens of unfinished requests counted")
+    elif result.requests_done < result.requests:
+        result.error = f"only {result.requests_done} of {result.requests} requests finished"
+    _runner_note(engine, settings, result)
+    return result

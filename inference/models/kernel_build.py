@@ -1,0 +1,125 @@
+"""Compile the Q4 decode kernel (csrc/q4_decode.cpp) into the cache's kernels/ folder.
+
+`make install` runs this module so a server never spends its first start compiling (about 15 s):
+
+    python -m inference.models.kernel_build --cache-dir var/cache [--cxx c++]
+
+The engine still compiles on first use where nothing was built beforehand (q4_decode.load_kernel). The
+library's name carries a hash of the source, the flags and torch's version, so an upgrade builds anew;
+the folder is private to this user and a library is loaded only if this user owns it (cache_dir.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from inference.cache_dir import DEFAULT_CACHE_DIR, check_private, ensure_private_dir, private_temp_file
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("csrc") / "q4_decode.cpp"
+_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
+
+
+def kernels_dir(cache_dir: Path) -> Path:
+    return cache_dir / "kernels"
+
+
+def library_path(cache_dir: Path) -> Path:
+    """Where the library for this source, these flags and this torch lives."""
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(_FLAGS).encode() + torch.__version__.encode())
+    return kernels_dir(cache_dir) / f"q4_decode-{key.hexdigest()[:16]}.so"
+
+
+def cpu_supported() -> bool:
+    """Whether this CPU runs the kernel (AVX512-BF16; AMX is optional)."""
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported()) and torch.backends.cpu.get_cpu_capability() in (
+            "AVX512",
+            "AMX",
+        )
+    except AttributeError:
+        return False
+
+
+def ensure_built(cache_dir: Path, *, compiler: str = "c++") -> Path:
+    """The checked library, compiled first if missing; OSError (UnsafeCacheError among them) if it cannot
+    be built here or must not be trusted."""
+    ensure_private_dir(cache_dir)
+    ensure_private_dir(kernels_dir(cache_dir))
+    library = library_path(cache_dir)
+    if not library.exists():
+        _compile(library, compiler)
+    check_private(library)
+    return library
+
+
+def _compile(library: Path, compiler: str) -> None:
+    from torch.utils import cpp_extension
+
+    executable = shutil.which(compiler)
+    if executable is None:
+        raise OSError(f"no C++ compiler ({compiler}) on PATH")
+    partial = private_temp_file(library.parent, prefix=".q4_decode-", suffix=".so.tmp")
+    torch_lib = Path(torch.__file__).parent / "lib"
+    command = [
+        executable,
+        *_FLAGS,
+        "-shared",
+        "-fPIC",
+        "-std=c++17",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        *(f"-I{path}" for path in cpp_extension.include_paths()),
+        str(SOURCE),
+        "-o",
+        str(partial),
+        f"-L{torch_lib}",
+        f"-Wl,-rpath,{torch_lib}",
+        "-lc10",
+        "-ltorch_cpu",
+    ]
+    started = time.monotonic()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise OSError(f"compiling {SOURCE.name} failed: {result.stderr.strip()[-500:]}")
+        # The linker may recreate the output with the umask's mode: settle it before it is trusted.
+        os.chmod(partial, 0o700)
+        partial.replace(library)  # atomic: concurrent builds (test workers, servers) never see half a file
+    finally:
+        partial.unlink(missing_ok=True)
+    logger.info("Compiled the Q4 decode kernel in %.1fs into %s", time.monotonic() - started, library)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build the Q4 decode kernel into the model cache.")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    parser.add_argument("--cxx", default="c++", help="the C++ compiler (default: c++)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if not cpu_supported():
+        print("Q4 decode kernel: this CPU lacks AVX512-BF16; not building it (decode uses packed bf16)")
+        return 0
+    try:
+        library = ensure_built(args.cache_dir, compiler=args.cxx)
+    except OSError as exc:
+        # Never fails an install: the engine falls back to the packed bf16 path (or compiles on first use).
+        print(f"Q4 decode kernel not built ({exc}); the engine will fall back at run time")
+        return 0
+    print(f"Q4 decode kernel: {library}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

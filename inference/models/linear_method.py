@@ -1,0 +1,126 @@
+"""How a linear layer holds its weights and multiplies with them: one LinearMethod per layer, chosen at load.
+
+As in vLLM, the layer only calls `method.apply`; what the weights are (the dense parameter, a oneDNN
+prepacked copy, torch's int4 layout, a GGUF's own blocks) is the method's business, so the choice is made
+once, in `choose_method`, from what the loader allows (`LinearPlan`) and what the file holds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from inference.gguf_blocks import Q4Blocks, Q8Blocks
+from inference.models.int4 import Int4Weight, int4_linear, pack_int4
+from inference.models.onednn import pack_weight, packed_linear
+from inference.models.q4_decode import DecodeWeight, Q4Kernel, decode_weight, eligible, matches
+
+
+class LinearMethod(ABC):
+    name: ClassVar[str]
+
+    @property
+    def keeps_dense(self) -> bool:
+        """Whether the layer's dense weight must stay (False: the method holds all it multiplies with)."""
+        return False
+
+    @abstractmethod
+    def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [..., in] -> [..., out]; `weight` is the layer's dense parameter (empty once dropped)."""
+
+    def nbytes(self) -> int:
+        """Memory held beyond the layer's parameters (those are counted with the model's)."""
+        return 0
+
+
+class DenseMethod(LinearMethod):
+    name = "dense"
+
+    @property
+    def keeps_dense(self) -> bool:
+        return True
+
+    def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return F.linear(x, weight, bias)
+
+
+DENSE = DenseMethod()  # stateless: every layer that multiplies its own parameter shares it
+
+
+class PackedMethod(LinearMethod):
+    """oneDNN's prepacked bf16 weight (onednn.py): bitwise F.linear's result, one weight read per call."""
+
+    name = "packed"
+
+    def __init__(self, packed: torch.Tensor) -> None:
+        self.packed = packed
+
+    def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return packed_linear(x, self.packed, bias)
+
+    def nbytes(self) -> int:
+        return self.packed.numel() * self.packed.element_size()
+
+
+class Int4Method(LinearMethod):
+    """quantization="gguf": the file's Q4 levels in torch's int4 layout, for every batch size (int4.py)."""
+
+    name = "int4"
+
+    def __init__(self, weight: Int4Weight) -> None:
+        self.weight = weight
+
+    def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return int4_linear(x, self.weight, bias)
+
+    def nbytes(self) -> int:
+        return self.weight.nbytes()
+
+
+class GGUFDecodeMethod(LinearMethod):
+    """Batches of up to kernel.max_rows rows read the GGUF's blocks (q4_decode.py); larger ones, prefill
+    among them, go to `fallback` (the packed bf16 weights), where the blocks' kernel is no faster."""
+
+    name = "gguf-decode"
+
+    def __init__(self, weight: DecodeWeight, kernel: Q4Kernel, fallback: LinearMethod) -> None:
+        self.weight, self.kernel, self.fallback = weight, kernel, fallback
+
+    @property
+    def keeps_dense(self) -> bool:
+        return self.fallback.keeps_dense
+
+    def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if x.numel() <= self.kernel.max_rows * x.shape[-1]:
+            return self.kernel.linear(x, self.weight, bias)
+        return self.fallback.apply(x, weight, bias)
+
+    def nbytes(self) -> int:
+        return self.weight.nbytes() + self.fallback.nbytes()
+
+
+@dataclass(frozen=True, slots=True)
+class LinearPlan:
+    """What the loader allows for one model (from its device, dtype, config and the file)."""
+
+    pack: bool = False  # prepack dense bf16 weights for oneDNN (CPUs with native bf16)
+    int4: bool = False  # quantization="gguf": Q4 projections in torch's int4 layout
+    kernel: Q4Kernel | None = None  # small batches may read a GGUF's blocks through this kernel
+
+
+def choose_method(dense: torch.Tensor, blocks: Q4Blocks | Q8Blocks | None, plan: LinearPlan) -> LinearMethod:
+    """The method for a layer whose loaded dense weight is `dense` and whose blocks in the file (if the
+    file has them in a type we read) are `blocks`. Call before the dense weight is dropped."""
+    if blocks is not None and blocks.shape != tuple(dense.shape):
+        raise ValueError(f"blocks of shape {blocks.shape} for a linear of shape {tuple(dense.shape)}")
+    if plan.int4 and isinstance(blocks, Q4Blocks):
+        return Int4Method(pack_int4(blocks))
+    fallback = PackedMethod(pack_weight(dense)) if plan.pack else DENSE
+    # Only where the blocks are bit for bit the dense weights: the path changes speed, never outputs.
+    if plan.kernel is not None and blocks is not None and eligible(blocks) and matches(blocks, dense):
+        return GGUFDecodeMethod(decode_weight(blocks), plan.kernel, fallback)
+    return fallback

@@ -1,0 +1,49 @@
+"""`mooncake check`'s table: every setting's effective value and source, console overrides included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webapp.core.config import resolve_settings
+from webapp.core.config_report import config_report
+from webapp.core.models import EngineSettings, ModelRegistration
+
+
+def _line(lines: list[str], name: str, after: str | None = None) -> list[str]:
+    """The row for `name` (in the section titled `after`) as [name, value, source...]."""
+    start = lines.index(after) if after else 0
+    return next(line.split() for line in lines[start:] if line.split()[:1] == [name])
+
+
+def test_console_rows_show_as_console(db: None, settings: Any, tmp_path: Any) -> None:
+    settings.MOONCAKE_SETTINGS = resolve_settings(
+        {"MOONCAKE_DATA": str(tmp_path), "MOONCAKE_DRAIN_TIMEOUT": "12"}, base_dir=tmp_path, cwd=tmp_path
+    )
+    report = config_report()
+    assert _line(report.lines, "drain_timeout") == [
+        "drain_timeout",
+        "12.0",
+        "env",
+        "(MOONCAKE_DRAIN_TIMEOUT)",
+    ]
+    assert not report.problems
+
+    EngineSettings.objects.create(drain_timeout_seconds=5, max_num_seqs=4)
+    ModelRegistration.objects.create(name="extra", source="default", dtype="float32")
+    report = config_report()
+    lines = report.lines
+    assert _line(lines, "drain_timeout") == ["drain_timeout", "5.0", "console", "(tuning", "page)"]
+    title = "engine: extra (registered in the console)"
+    assert title in lines
+    assert _line(lines, "max_num_seqs", title) == ["max_num_seqs", "4", "console", "(tuning", "page)"]
+    assert _line(lines, "dtype", title)[:3] == ["dtype", "float32", "console"]
+    # mooncake.yaml's own model starts without the console's layer.
+    builtin = next(line for line in lines if line.startswith("engine: SmolLM2"))
+    assert _line(lines, "max_num_seqs", builtin) == ["max_num_seqs", "64", "default"]
+
+
+def test_a_bad_registration_is_a_problem_not_a_crash(db: None) -> None:
+    EngineSettings.objects.create(block_size=0)
+    ModelRegistration.objects.create(name="broken", source="default")
+    report = config_report()
+    assert any(p.startswith("engine settings (broken)") and "block_size" in p for p in report.problems)

@@ -1,0 +1,263 @@
+"""Mooncake's configuration, resolved once: defaults, then the environment, then mooncake.yaml.
+
+The settings modules build Django's settings from `resolve_settings()`; nothing else reads a MOONCAKE_*
+variable or the file. Each value keeps its source, so `mooncake check` can say where it came from. The
+console's rows are a further layer on top (`MooncakeSettings.overlay`, engine_config.py), applied by
+the web app where it reads them. Importable before Django is set up: no settings, no models.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from django.core.exceptions import ImproperlyConfigured
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from inference.api import EngineConfig
+
+Source = Literal["default", "env", "yaml", "console"]
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+SECTIONS = ("server", "model", "engine", "api")
+# What settings.MOONCAKE holds where the file is silent (the file's own sections go over these).
+YAML_DEFAULTS: dict[str, dict[str, Any]] = {
+    "server": {"host": "127.0.0.1", "port": 8000},
+    "model": {"model_id": "default", "dtype": "auto"},
+    "engine": {"type": "native"},
+    "api": {"openai_compatible": True},
+}
+# Engine fields the environment may set; the engine itself reads no environment (cache_dir comes from
+# the data-directory section, MOONCAKE_CACHE_DIR).
+ENGINE_ENV = {
+    "cpu_threads": "MOONCAKE_CPU_THREADS",
+    "q4_decode": "MOONCAKE_Q4_DECODE",
+    "q4_amx": "MOONCAKE_Q4_AMX",
+    "kernel_compiler": "CXX",
+}
+
+
+class Sourced(BaseModel):
+    """One effective value and where it came from (origin: the variable, yaml key or console page)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    value: Any
+    source: Source
+    origin: str = ""
+
+    def describe(self) -> str:
+        return f"{self.source} ({self.origin})" if self.origin else self.source
+
+
+class ServerSettings(BaseModel):
+    """Every server-wide setting, validated together."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    data_dir: Path
+    cache_dir: Path
+    model_roots: tuple[Path, ...]
+    config_file: Path | None
+    host: str
+    port: int = Field(gt=0, lt=65536)
+    autoload: bool
+    api_auth: Literal["required", "off"]
+    drain_timeout: float = Field(ge=0)
+    memory_budget_bytes: int = Field(ge=0)
+    api_request_timeout: float = Field(gt=0)
+    api_requests_per_minute: int = Field(ge=0)
+    api_tokens_per_minute: int = Field(ge=0)
+    api_max_concurrent: int = Field(ge=0)
+    api_log_prompts: bool
+
+    @field_validator("api_auth", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """Where a scalar server setting may come from, lowest first: its default, a variable, a yaml key."""
+
+    default: Any
+    env: str | None = None
+    yaml: str | None = None  # "section.key"
+
+
+SPECS: dict[str, Spec] = {
+    "host": Spec("127.0.0.1", yaml="server.host"),
+    "port": Spec(8000, yaml="server.port"),
+    "autoload": Spec(True, env="MOONCAKE_AUTOLOAD"),
+    "api_auth": Spec("required", env="MOONCAKE_API_AUTH"),
+    "drain_timeout": Spec(30.0, env="MOONCAKE_DRAIN_TIMEOUT", yaml="server.drain_timeout"),
+    "memory_budget_bytes": Spec(0, env="MOONCAKE_MEMORY_BUDGET_BYTES"),
+    "api_request_timeout": Spec(600.0, env="MOONCAKE_API_REQUEST_TIMEOUT"),
+    "api_requests_per_minute": Spec(0, env="MOONCAKE_API_REQUESTS_PER_MINUTE"),
+    "api_tokens_per_minute": Spec(0, env="MOONCAKE_API_TOKENS_PER_MINUTE"),
+    "api_max_concurrent": Spec(0, env="MOONCAKE_API_MAX_CONCURRENT"),
+    "api_log_prompts": Spec(False, env="MOONCAKE_API_LOG_PROMPTS"),
+}
+
+
+class MooncakeSettings(BaseModel):
+    """The resolved configuration: validated server settings, the source of each, and the file's
+    sections (settings.MOONCAKE) from which engine_config.py builds each model's EngineConfig."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    server: ServerSettings
+    sources: dict[str, Sourced]
+    yaml: dict[str, dict[str, Any]]
+    yaml_keys: frozenset[str]  # "section.key" the file itself set, as opposed to YAML_DEFAULTS
+    engine_env: dict[str, Sourced]
+
+    def overlay(self, values: Mapping[str, Any], *, source: Source, origin: str) -> MooncakeSettings:
+        """These values on top (the console's overrides), validated again."""
+        layered = dict(self.sources)
+        layered.update({k: Sourced(value=v, source=source, origin=origin) for k, v in values.items()})
+        server, sources = _validate(layered)
+        return self.model_copy(update={"server": server, "sources": sources})
+
+
+def resolve_settings(
+    environ: Mapping[str, str] | None = None,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    discover: bool = True,
+    base_dir: Path = BASE_DIR,
+    cwd: Path | None = None,
+) -> MooncakeSettings:
+    """Read the environment and the file once. `defaults` replace SPECS' (a settings module's own,
+    e.g. auth off for local use); `discover=False` reads only a file MOONCAKE_CONFIG names."""
+    env = {k: v.strip() for k, v in (os.environ if environ is None else environ).items() if v.strip()}
+    cwd = cwd or Path.cwd()
+    sources = _path_sources(env, base_dir, cwd, discover)
+    config_file = sources["config_file"].value
+    raw = _read_yaml(config_file)
+    for name, spec in SPECS.items():
+        sourced = Sourced(value=(defaults or {}).get(name, spec.default), source="default")
+        if spec.env and spec.env in env:
+            sourced = Sourced(value=env[spec.env], source="env", origin=spec.env)
+        section, _, key = (spec.yaml or "").partition(".")
+        if key in raw.get(section, {}):
+            sourced = Sourced(value=raw[section][key], source="yaml", origin=spec.yaml or "")
+        sources[name] = sourced
+    engine_env = {k: Sourced(value=env[v], source="env", origin=v) for k, v in ENGINE_ENV.items() if v in env}
+    _check_engine_env(engine_env)
+    server, sources = _validate(sources)
+    return MooncakeSettings(
+        server=server,
+        sources=sources,
+        yaml=_over_defaults(raw),
+        yaml_keys=frozenset(f"{s}.{k}" for s, values in raw.items() for k in values),
+        engine_env=engine_env,
+    )
+
+
+def load_mooncake_config(path: Path | None) -> dict[str, dict[str, Any]]:
+    """The file's sections over YAML_DEFAULTS; no file means the defaults, a malformed one is an error."""
+    return _over_defaults(_read_yaml(path))
+
+
+def _over_defaults(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    merged = copy.deepcopy(YAML_DEFAULTS)
+    for section, values in raw.items():
+        merged[section].update(values)
+    return merged
+
+
+def _path(raw: str) -> Path:
+    return Path(raw).expanduser().resolve()
+
+
+def _path_sources(env: Mapping[str, str], base_dir: Path, cwd: Path, discover: bool) -> dict[str, Sourced]:
+    """Where data lives and which file to read: environment or derived defaults, never the file."""
+
+    def pick(var: str, default: Any, parse: Any = _path) -> Sourced:
+        if var in env:
+            return Sourced(value=parse(env[var]), source="env", origin=var)
+        return Sourced(value=default, source="default")
+
+    data = pick("MOONCAKE_DATA", base_dir / "var")
+    roots = pick(
+        "MOONCAKE_MODEL_ROOTS",
+        (_path(str(data.value / "models")),),
+        lambda raw: tuple(_path(p.strip()) for p in raw.split(os.pathsep) if p.strip()),
+    )
+    # MOONCAKE_CONFIG names the file; otherwise ./mooncake.yaml, then the checkout's.
+    candidates = (cwd / "mooncake.yaml", base_dir / "mooncake.yaml") if discover else ()
+    found = next((p for p in candidates if p.is_file()), None)
+    return {
+        "data_dir": data,
+        "cache_dir": pick("MOONCAKE_CACHE_DIR", data.value / "cache"),
+        "model_roots": roots,
+        "config_file": pick("MOONCAKE_CONFIG", found),
+    }
+
+
+def _validate(sources: Mapping[str, Sourced]) -> tuple[ServerSettings, dict[str, Sourced]]:
+    """The validated settings, and the sources holding validated values (30.0, not the variable's "30")."""
+    try:
+        server = ServerSettings.model_validate({k: s.value for k, s in sources.items()})
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = str(error["loc"][0])
+            where = sources[name].origin or name
+            problems.append(f"{where}={sources[name].value!r}: {error['msg']}")
+        raise ImproperlyConfigured("; ".join(problems)) from None
+    return server, {k: s.model_copy(update={"value": getattr(server, k)}) for k, s in sources.items()}
+
+
+def _check_engine_env(engine_env: Mapping[str, Sourced]) -> None:
+    """A bad engine variable fails here, at start-up, naming the variable, not at the first load."""
+    for name, sourced in engine_env.items():
+        try:
+            EngineConfig.from_dict({name: sourced.value})
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{sourced.origin}={sourced.value!r}: {exc}") from None
+
+
+class _ServerSection(BaseModel):
+    """The file's server section, strictly typed: a quoted port is a mistake to report, not coerce."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, gt=0, lt=65536)
+    drain_timeout: float | None = Field(default=None, ge=0)
+
+
+def _read_yaml(path: Path | None) -> dict[str, dict[str, Any]]:
+    """The sections the file sets, checked; {} when there is no file."""
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ImproperlyConfigured(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ImproperlyConfigured(f"{path}: the top level must be a mapping of sections {SECTIONS}.")
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ImproperlyConfigured(f"{path}: unknown section(s) {unknown}; expected {list(SECTIONS)}.")
+    sections: dict[str, dict[str, Any]] = {}
+    for section, values in data.items():
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise ImproperlyConfigured(f"{path}: section {section!r} must be a mapping.")
+        sections[section] = dict(values)
+    try:
+        _ServerSection.model_validate(sections.get("server", {}))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"])
+        raise ImproperlyConfigured(
+            f"{path}: server.{field} is invalid ({error['msg']}), got {error.get('input')!r}."
+        ) from None
+    return sections

@@ -1,0 +1,85 @@
+"""What `mooncake check` prints: every effective setting and its source, per model for the engine's."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError
+
+from webapp.core.config import MooncakeSettings, Sourced
+from webapp.core.engine import resolve_builtin_engine, served_model_name
+from webapp.core.engine_settings import resolve_registered_engine, server_overrides
+from webapp.core.models import EngineSettings, ModelRegistration
+
+logger = logging.getLogger(__name__)
+
+NAME_WIDTH = 26
+VALUE_WIDTH = 44
+
+
+@dataclass(slots=True)
+class Report:
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def config_report() -> Report:
+    """The server section (console overrides included), then each model's EngineConfig."""
+    report = Report()
+    tuning, rows, unread = _console_rows()
+    resolved: MooncakeSettings = settings.MOONCAKE_SETTINGS
+    if tuning is not None:
+        resolved = resolved.overlay(server_overrides(tuning), source="console", origin="tuning page")
+    report.lines.append("server")
+    report.lines.extend(_table(resolved.sources))
+    if unread:
+        report.lines.append(f"  (console overrides not shown: {unread})")
+    name = served_model_name(settings.MOONCAKE)
+    _engine_section(report, f"engine: {name} (mooncake.yaml's model, as the server starts it)", None)
+    for row in rows:
+        how = "the console's restart applies" if row.builtin else "registered in the console"
+        _engine_section(report, f"engine: {row.name} ({how})", (row, tuning))
+    return report
+
+
+def _engine_section(
+    report: Report, title: str, console: tuple[ModelRegistration, EngineSettings | None] | None
+) -> None:
+    try:
+        if console is None:
+            resolved = resolve_builtin_engine(settings.MOONCAKE)
+        else:
+            resolved = resolve_registered_engine(*console)
+    except (ValueError, TypeError) as exc:
+        report.problems.append(f"engine settings ({title.split(' (')[0].removeprefix('engine: ')}): {exc}")
+        return
+    report.lines.append(title)
+    report.lines.extend(_table(resolved.sources))
+
+
+def _console_rows() -> tuple[EngineSettings | None, list[ModelRegistration], str | None]:
+    """The console's rows, or why they could not be read (a database not migrated or not reachable)."""
+    try:
+        return EngineSettings.objects.order_by("pk").first(), list(ModelRegistration.objects.all()), None
+    except DatabaseError as exc:
+        logger.debug("Console rows not readable", exc_info=True)
+        return None, [], f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; run migrate"
+
+
+def _table(sources: Mapping[str, Sourced]) -> list[str]:
+    return [
+        f"  {name:<{NAME_WIDTH}}{_show(sourced.value):<{VALUE_WIDTH}} {sourced.describe()}"
+        for name, sourced in sources.items()
+    ]
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, list | tuple):
+        return ", ".join(_show(item) for item in value) or "(none)"
+    return str(value)

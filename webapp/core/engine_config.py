@@ -1,0 +1,78 @@
+"""One model's EngineConfig from its layers, each field remembering which layer set it.
+
+Lowest first: EngineConfig's defaults (cache_dir: the data directory's), the environment, mooncake.yaml's
+`model` and `engine` sections, then the console's rows: the tuning page, then the model's own row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from inference.api import EngineConfig
+from webapp.core.config import YAML_DEFAULTS, MooncakeSettings, Sourced
+
+Layer = Mapping[str, Sourced]
+# Keys users write that name a field differently (the yaml's `model_id` is EngineConfig.model).
+_ALIASES = {"model_id": "model"}
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedEngine:
+    config: EngineConfig
+    sources: dict[str, Sourced]  # every EngineConfig field, with its effective value
+
+
+def merge_layers(layers: Iterable[Layer]) -> dict[str, Sourced]:
+    merged: dict[str, Sourced] = {}
+    for layer in layers:
+        for key, sourced in layer.items():
+            merged[_ALIASES.get(key, key)] = sourced
+    return merged
+
+
+def resolve_engine(layers: Iterable[Layer]) -> ResolvedEngine:
+    """Validate the merged layers once, as EngineConfig; raises ValueError naming the bad setting."""
+    merged = merge_layers(layers)
+    config = EngineConfig.from_dict({key: sourced.value for key, sourced in merged.items()})
+    sources = {
+        field.name: Sourced(
+            value=getattr(config, field.name),
+            source=merged[field.name].source if field.name in merged else "default",
+            origin=merged[field.name].origin if field.name in merged else "",
+        )
+        for field in dataclasses.fields(EngineConfig)
+    }
+    return ResolvedEngine(config=config, sources=sources)
+
+
+def base_layers(mooncake: Mapping[str, Mapping[str, Any]]) -> list[Layer]:
+    """Everything below the console: the cache folder, the environment's engine settings, the yaml."""
+    resolved: MooncakeSettings = settings.MOONCAKE_SETTINGS
+    cache = resolved.sources["cache_dir"]
+    return [
+        {"cache_dir": cache.model_copy(update={"value": str(settings.CACHE_DIR)})},
+        resolved.engine_env,
+        _yaml_layer(mooncake, resolved.yaml_keys),
+    ]
+
+
+def _yaml_layer(mooncake: Mapping[str, Mapping[str, Any]], file_keys: frozenset[str]) -> Layer:
+    layer: dict[str, Sourced] = {}
+    for section in ("model", "engine"):
+        for key, value in mooncake.get(section, {}).items():
+            where = f"{section}.{key}"
+            # settings.MOONCAKE fills in YAML_DEFAULTS where the file is silent: those are defaults.
+            if where not in file_keys and YAML_DEFAULTS.get(section, {}).get(key, object()) == value:
+                layer[key] = Sourced(value=value, source="default")
+            else:
+                layer[key] = Sourced(value=value, source="yaml", origin=where)
+    return layer
+
+
+def console_layer(values: Mapping[str, Any], origin: str) -> Layer:
+    return {key: Sourced(value=value, source="console", origin=origin) for key, value in values.items()}
