@@ -314,7 +314,9 @@ def test_rate_limit_is_429(api_server: LiveDaphne) -> None:
 async def test_queue_full_is_503(api_server: LiveDaphne, api_key: str) -> None:
     """All running slots held by streams, then more requests than the queue holds: the overflow is 503."""
     headers = {"Authorization": f"Bearer {api_key}"}
+    # ignore_eos: a holder that finished its answer early would free its slot for the queued requests.
     hold = {"model": MODEL, "messages": HI, "max_tokens": 1000, "stream": True, "temperature": 0.7}
+    hold["ignore_eos"] = True
     quick = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
     slots, queue = SERVER_CONFIG["engine"]["max_num_seqs"], SERVER_CONFIG["engine"]["max_queue_len"]
     limits = httpx.Limits(max_connections=256)
@@ -323,11 +325,15 @@ async def test_queue_full_is_503(api_server: LiveDaphne, api_key: str) -> None:
         contextlib.AsyncExitStack() as holders,
     ):
 
+        readers: list[Any] = []  # a collected line iterator would close its connection: a disconnect
+
         async def hold_slot() -> None:
             response = await holders.enter_async_context(
                 client.stream("POST", "/v1/chat/completions", json=hold)
             )
-            async for line in response.aiter_lines():
+            lines = response.aiter_lines()
+            readers.append(lines)
+            async for line in lines:
                 if line.startswith("data: ") and '"content":""' not in line and '"content":' in line:
                     return
 
