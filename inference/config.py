@@ -129,6 +129,8 @@ class EngineConfig:
     max_step_latency_ms: float | None = 250.0
     attention_backend: str = "auto"
     enforce_eager: bool = False  # CUDA: no decode graphs (slower; for debugging, as in vLLM)
+    # Time each step's phases into EngineStats.step_timings (benchmarks; costs a device sync per step).
+    record_step_timings: bool = False
     # "gguf": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
     quantization: str = "none"
     seed: int = 0

@@ -75,7 +75,7 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), block_manager)
         self.sampler = Sampler(eos_token_ids=self.eos_token_ids, seed=config.seed)
-        self.metrics = MetricsCollector()
+        self.metrics = MetricsCollector(record_step_timings=config.record_step_timings)
         self._logprobs = LogprobBuilder(self.tokenizer)
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []  # outputs of aborts, returned by the next step()
@@ -186,10 +186,19 @@ class LLMEngine:
 
     # ---- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        started = time.perf_counter()
         scheduled = self.scheduler.schedule()
+        scheduled_at = time.perf_counter()
         logits = self._execute(scheduled) if not scheduled.is_empty else None
+        timings = self.metrics.step_timings
+        if timings is not None and logits is not None and logits.last.is_cuda:
+            torch.cuda.synchronize(logits.last.device)  # the forward's own time, not just its launch
+        executed_at = time.perf_counter()
         outputs = self._postprocess(scheduled, logits)
         self.scheduler.record_step(scheduled, time.perf_counter() - scheduled.started_at)  # sizes chunks
+        if timings is not None:
+            now = time.perf_counter()
+            timings.add(scheduled_at - started, executed_at - scheduled_at, now - executed_at)
         return outputs
 
     def _execute(self, scheduled: SchedulerOutput) -> StepLogits | None:

@@ -36,6 +36,25 @@ class Histogram:
 
 
 @dataclass(slots=True)
+class StepTimings:
+    """Seconds spent in each phase of every step so far (opt-in: EngineConfig.record_step_timings)."""
+
+    steps: int = 0
+    schedule_s: float = 0.0
+    execute_s: float = 0.0  # the forward pass, awaited on the device
+    postprocess_s: float = 0.0  # sampling, detokenizing, stop checks, outputs
+
+    def add(self, schedule_s: float, execute_s: float, postprocess_s: float) -> None:
+        self.steps += 1
+        self.schedule_s += schedule_s
+        self.execute_s += execute_s
+        self.postprocess_s += postprocess_s
+
+    def copy(self) -> StepTimings:
+        return StepTimings(self.steps, self.schedule_s, self.execute_s, self.postprocess_s)
+
+
+@dataclass(slots=True)
 class EngineStats:
     num_running: int = 0
     num_waiting: int = 0
@@ -53,12 +72,14 @@ class EngineStats:
     e2e_latency_samples: list[float] = field(default_factory=list)
     queue_time_samples: list[float] = field(default_factory=list)
     histograms: dict[str, Histogram] = field(default_factory=dict)  # ttft|itl|e2e_latency|queue_time
+    step_timings: StepTimings | None = None  # only when the engine records them
 
 
 class MetricsCollector:
     """Counters owned by the engine thread; `snapshot` copies them for other threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, record_step_timings: bool = False) -> None:
+        self.step_timings = StepTimings() if record_step_timings else None
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.requests_total = 0
@@ -91,6 +112,7 @@ class MetricsCollector:
             e2e_latency_samples=list(self._recent["e2e_latency"]),
             queue_time_samples=list(self._recent["queue_time"]),
             histograms={name: h.copy() for name, h in self._histograms.items()},
+            step_timings=self.step_timings.copy() if self.step_timings is not None else None,
         )
         for name, value in gauges.items():
             setattr(stats, name, value)

@@ -24,6 +24,7 @@ def our_engine(model_dir: Path, settings: Settings, max_model_len: int, max_num_
         max_num_batched_tokens=max(4096, settings.input_len[1]),
         gpu_memory_utilization=settings.gpu_memory_utilization,
         enforce_eager=settings.eager,
+        record_step_timings=True,  # the forward's share of a step; the sampler syncs each step anyway
     )
     return LLMEngine(config)
 
@@ -47,9 +48,19 @@ def _runner_note(engine: LLMEngine, settings: Settings, result: Throughput) -> N
         result.add_note("--eager")
 
 
+_PHASES = ("schedule", "execute", "postprocess")
+
+
 def _latency_totals(engine: LLMEngine) -> dict[str, tuple[float, int]]:
-    """(sum of seconds, count) of the engine's latency histograms: two readings give one run's means."""
-    return {name: (h.sum, h.count) for name, h in engine.stats().histograms.items()}
+    """(sum of seconds, count) of the engine's latency histograms and step phases: two readings give
+    one run's means."""
+    stats = engine.stats()
+    totals = {name: (h.sum, h.count) for name, h in stats.histograms.items()}
+    timings = stats.step_timings
+    if timings is not None:
+        for name in _PHASES:
+            totals[name] = (getattr(timings, f"{name}_s"), timings.steps)
+    return totals
 
 
 def _step_note(
@@ -57,8 +68,8 @@ def _step_note(
 ) -> None:
     """Steps and their mean wall time, and the engine's own latencies over this run.
 
-    The engine times inter-token latency (a decode step as a request sees it) and time to first token
-    (prefill, with its queueing); a forward/host split of each step needs a timing record in the engine.
+    The engine times inter-token latency (a decode step as a request sees it), time to first token
+    (prefill, with its queueing) and, recorded per step, the forward pass against the host's work.
     """
     if not steps:
         return
@@ -66,6 +77,11 @@ def _step_note(
     result.extra.update(steps=steps, step_ms=round(step_ms, 2))
     note = f"{steps} steps, {step_ms:.1f} ms each"
     after = _latency_totals(engine)
+    phases = {name: after[name][0] - before.get(name, (0.0, 0))[0] for name in _PHASES}
+    if sum(phases.values()) > 0:
+        share = phases["execute"] / sum(phases.values())
+        result.extra["forward_share"] = round(share, 3)
+        note += f", forward {share:.0%} of step time"
     for name, label, scale, unit in (("itl", "ITL", 1e3, "ms"), ("ttft", "TTFT", 1.0, "s")):
         seconds = after[name][0] - before[name][0]
         count = after[name][1] - before[name][1]

@@ -189,3 +189,22 @@ def test_logprobs_and_prompt_logprobs():
         and len(lps[0][1]) == 2
         and lps[0][0].token == TOK.decode([lps[0][0].token_id])
     )
+
+
+def test_step_timings_are_recorded_only_when_asked():
+    plain = fake_engine(max_model_len=200)
+    plain.generate([TOK.encode("hi")], GREEDY)
+    assert plain.stats().step_timings is None
+
+    timed = fake_engine(max_model_len=200, record_step_timings=True)
+    steps = 0
+    timed.add_request("a", TOK.encode("hi"), GREEDY)
+    while timed.has_unfinished_requests():
+        timed.step()
+        steps += 1
+    timings = timed.stats().step_timings
+    assert timings is not None and timings.steps == steps
+    assert timings.schedule_s > 0 and timings.execute_s > 0 and timings.postprocess_s > 0
+    snapshot = timed.stats().step_timings
+    timed.step()
+    assert snapshot is not None and snapshot.steps == steps  # a snapshot is a copy
