@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from webapp.api.schemas.common import SamplingFields, Text, Usage, well_formed
 from webapp.core.sampling import TokenCount, TopLogprobs
@@ -65,7 +65,7 @@ class FunctionDef(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     description: Text | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class Tool(BaseModel):
@@ -87,7 +87,7 @@ class JSONSchemaFormat(BaseModel):
     description: str | None = None
     # "schema" shadows a BaseModel attribute, hence the alias.
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
+    strict: StrictBool | None = None
     model_config = ConfigDict(populate_by_name=True)
 
 
@@ -105,13 +105,13 @@ class ResponseFormat(BaseModel):
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: TokenCount | None = None
-    logprobs: bool = False
+    logprobs: StrictBool = False
     top_logprobs: TopLogprobs | None = None
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None
-    add_generation_prompt: bool = True
+    parallel_tool_calls: StrictBool | None = None
+    add_generation_prompt: StrictBool = True
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:

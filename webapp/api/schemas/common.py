@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from inference.api import MAX_INT32, MAX_LOGIT_BIAS, MAX_STOP_STRINGS
 from webapp.core.sampling import (
@@ -42,7 +42,7 @@ Text = Annotated[str, AfterValidator(well_formed)]
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class SamplingFields(BaseModel):
@@ -56,7 +56,7 @@ class SamplingFields(BaseModel):
     temperature: Temperature | None = None
     top_p: TopP | None = None
     n: ChoiceCount = 1
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     presence_penalty: Penalty = 0.0
@@ -69,8 +69,8 @@ class SamplingFields(BaseModel):
     min_p: MinP | None = None
     repetition_penalty: RepetitionPenalty | None = None
     min_tokens: MinTokens = 0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
+    ignore_eos: StrictBool = False
+    skip_special_tokens: StrictBool = True
 
     @field_validator("stop")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, StrictBool, ValidationInfo, field_validator, model_validator
 
 from inference.api import DEFAULT_MAX_QUEUE_LEN, MAX_INT32
 from webapp.api.schemas.common import SamplingFields, Usage, well_formed
@@ -29,7 +29,7 @@ def prompt_count(prompt: Prompt) -> int:
 
 class CompletionRequest(SamplingFields):
     prompt: Prompt
-    echo: bool = False
+    echo: StrictBool = False
     logprobs: TopLogprobs | None = None
     suffix: str | None = None
     best_of: ChoiceCount | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from webapp.api.schemas.chat import ChatMessage
 from webapp.api.schemas.chat import Tool as ChatTool
@@ -36,8 +36,8 @@ class TokenizeRequest(BaseModel):
     prompt: Text | None = None
     messages: list[ChatMessage] | None = None
     tools: list[ChatTool] | None = None
-    add_special_tokens: bool = True
-    add_generation_prompt: bool = True
+    add_special_tokens: StrictBool = True
+    add_generation_prompt: StrictBool = True
 
     @model_validator(mode="after")
     def _one_input(self) -> TokenizeRequest:
