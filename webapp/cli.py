@@ -23,7 +23,7 @@ PORT_WAIT_SECONDS = 60.0
 STOP_GRACE_SECONDS = 15.0
 
 
-def _setup_django(config: str | None, settings_module: str | None) -> None:
+def _select_settings(config: str | None, settings_module: str | None) -> None:
     if config:
         path = Path(config).expanduser().resolve()
         if not path.is_file():
@@ -32,6 +32,10 @@ def _setup_django(config: str | None, settings_module: str | None) -> None:
     if settings_module:
         os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
+
+
+def _setup_django(config: str | None, settings_module: str | None) -> None:
+    _select_settings(config, settings_module)
     import django
 
     django.setup()
@@ -112,17 +116,40 @@ class Supervisor:
         return status
 
 
+def _secure_for_bind(host: str) -> None:
+    """Before Django reads the environment (the children inherit it): a bind others can reach gets DEBUG
+    off and API keys required, or the start is refused with the reason."""
+    from webapp.core.serve_safety import UnsafeBindError, exposed_bind_env
+
+    try:
+        forced = exposed_bind_env(host, os.environ)
+    except UnsafeBindError as exc:
+        raise SystemExit(f"mooncake: {exc}") from None
+    if forced:
+        os.environ.update(forced)
+        print(f"mooncake: {host} is reachable from other machines: DEBUG off, API keys required", flush=True)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    _setup_django(args.config, args.settings)
+    _select_settings(args.config, args.settings)
+    from webapp.core.config import resolve_settings
+
+    # The bind decides the settings, so it is read before them: --host, else server.host in mooncake.yaml.
+    host = args.host or resolve_settings().server.host
+    _secure_for_bind(host)
+    import django
+
+    django.setup()
     from django.conf import settings
     from django.core.management import call_command
 
     from webapp.core.selectors import users_exist
+    from webapp.core.serve_safety import make_private, sqlite_file
+    from webapp.core.setup_access import log_setup_link
 
+    make_private(settings.DATA_DIR, sqlite_file(settings.DATABASES["default"]))
     call_command("migrate", interactive=False, verbosity=0)
-    server_cfg = settings.MOONCAKE["server"]
-    host = args.host or str(server_cfg["host"])
-    port = int(args.port or server_cfg["port"])
+    port = int(args.port or settings.MOONCAKE["server"]["port"])
     commands = {
         "server": [sys.executable, "-m", "webapp.core.server", "--host", host, "--port", str(port)],
     }
@@ -142,7 +169,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if users_exist():
             print("  Log in with your account. (Forgot the password? python manage.py changepassword NAME)")
         else:
-            print("  First visit: the page asks you to create the administrator account.")
+            print("  First visit: the page asks you to create the administrator account.", flush=True)
+            log_setup_link(url)  # from another machine the page needs this link's token
         print(f"  The model loads in the background; {url}health turns 200 when it is ready.")
         print("  Ctrl-C stops everything.\n", flush=True)
     return supervisor.wait()

@@ -13,6 +13,7 @@ from ninja.errors import HttpError, ValidationError
 
 from webapp.api.errors import APIError, ErrorType
 from webapp.api.views import router
+from webapp.core.body_limits import request_too_large
 
 logger = logging.getLogger(__name__)
 
@@ -72,17 +73,12 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 @api.exception_handler(RequestDataTooBig)
 def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     # Raised when ninja reads request.body past DATA_UPLOAD_MAX_MEMORY_SIZE: the client's input, not a 500.
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    return APIError(
-        413,
-        f"The request body is larger than this server accepts ({limit} bytes).",
-        type="invalid_request_error",
-        code="request_too_large",
-    ).response()
+    # webapp.core.body_limits refuses most such bodies by Content-Length first; this catches the rest
+    # (chunked bodies, which carry no length).
+    return request_too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0)
 
 
 @api.exception_handler(Exception)
 def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("unhandled error in %s", request.path)
     return APIError(500, "Internal server error.", type="server_error").response()
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Literal
 
 from django.http import HttpResponse
@@ -15,6 +16,9 @@ from inference.api import (
     QueueFullError,
     UnknownModelError,
 )
+from webapp.core.request_id import error_reference
+
+logger = logging.getLogger(__name__)
 
 ErrorType = Literal[
     "invalid_request_error",
@@ -78,6 +82,20 @@ def method_not_allowed(method: str, path: str, allowed: str) -> HttpResponse:
     return response
 
 
+
+
+def unsupported_media_type(content_type: str) -> HttpResponse:
+    """415 for a body that is not JSON. A browser sends text/plain or form bodies cross-site without a CORS
+    preflight, so parsing them would let any web page post to a local server in its visitor's name."""
+    sent = content_type or "none"
+    return APIError(
+        415,
+        f"Unsupported Content-Type ({sent}): send the request body as application/json.",
+        type="invalid_request_error",
+        code="unsupported_media_type",
+    ).response()
+
+
 def route_not_found(method: str, path: str) -> HttpResponse:
     """OpenAI's answer to an unknown API path, in place of Django's HTML 404 page."""
     return APIError(
@@ -103,10 +121,30 @@ def from_engine_error(exc: Exception) -> APIError:
         return unavailable(str(exc) or "The server is overloaded.", code="queue_full")
     if isinstance(exc, NoModelLoadedError):
         return unavailable(str(exc) or "No model is loaded yet.", code="model_not_loaded", retry_after=5)
+    # A dead engine's or a failed request's text can hold crash details (CUDA errors, paths, tracebacks):
+    # clients get a generic sentence and the request id, the log gets the details under the same id.
     if isinstance(exc, EngineDeadError):
-        return unavailable(str(exc) or "The engine stopped.", code="engine_dead", retry_after=5)
+        reference = _log_engine_failure(exc)
+        return unavailable(
+            f"The engine stopped and is being restarted; retry shortly (request id {reference}).",
+            code="engine_dead",
+            retry_after=5,
+        )
     if isinstance(exc, EngineError):
-        return APIError(500, str(exc) or "Engine error.", type="server_error", code="engine_error")
+        reference = _log_engine_failure(exc)
+        return APIError(
+            500,
+            f"The engine failed to process this request (request id {reference}).",
+            type="server_error",
+            code="engine_error",
+        )
     if isinstance(exc, ValueError):
         return invalid(str(exc))
     raise exc
+
+
+def _log_engine_failure(exc: Exception) -> str:
+    reference = error_reference()
+    # The request id is on the line already when there is a request; the reference covers the rest.
+    logger.error("engine failure (reference %s): %s: %s", reference, type(exc).__name__, exc)
+    return reference

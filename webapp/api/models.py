@@ -20,6 +20,8 @@ class RequestLog(models.Model):
     api_key = models.ForeignKey(
         ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="requests"
     )
+    # The X-Request-ID the response carried: joins this row to the server log lines of the request.
+    request_id = models.CharField(max_length=128, blank=True, db_index=True)
     endpoint = models.CharField(max_length=64)
     model = models.CharField(max_length=200, blank=True)
     stream = models.BooleanField(default=False)

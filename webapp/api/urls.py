@@ -12,7 +12,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api.api import api
 from webapp.api.docs import docs_asset, docs_page
-from webapp.api.errors import method_not_allowed, route_not_found
+from webapp.api.errors import method_not_allowed, route_not_found, unsupported_media_type
+from webapp.api.views import router
 from webapp.core.middleware import API_PREFIXES
 
 app_name = "api"
@@ -32,9 +33,50 @@ def _json_405(view: AsyncView) -> AsyncView:
     return csrf_exempt(wrapped)
 
 
+# Methods whose body an operation parses; ninja reads it as JSON whatever Content-Type says.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def is_json(content_type: str) -> bool:
+    # request.content_type is the media type alone: Django splits off parameters such as charset.
+    return content_type.strip().lower() == "application/json"
+
+
+def _no_body(request: HttpRequest) -> bool:
+    # Neither a type nor a length: nothing to refuse, and ninja's 400 names the missing fields.
+    return not request.META.get("CONTENT_TYPE") and request.META.get("CONTENT_LENGTH") in (None, "", "0")
+
+
+def _json_only(view: AsyncView, methods: frozenset[str]) -> AsyncView:
+    """415 for a body that is not JSON, checked before ninja reads it (see errors.unsupported_media_type).
+    Only for `methods` the route takes: any other method gets its 405 as before."""
+
+    async def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.method in methods and not is_json(request.content_type or "") and not _no_body(request):
+            return unsupported_media_type(request.META.get("CONTENT_TYPE", ""))
+        return await view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _route_methods(name: str | None) -> frozenset[str]:
+    """Every method of the route whose URL name (ninja names it after a view function) is `name`."""
+    return frozenset(
+        method
+        for path_view in router.path_operations.values()
+        if any(op.view_func.__name__ == name for op in path_view.operations)
+        for op in path_view.operations
+        for method in op.methods
+    )
+
+
 def _json_errors(pattern: URLPattern | URLResolver) -> URLPattern | URLResolver:
     if isinstance(pattern, URLPattern) and iscoroutinefunction(pattern.callback):
-        return URLPattern(pattern.pattern, _json_405(pattern.callback), pattern.default_args, pattern.name)
+        view = pattern.callback
+        body_methods = BODY_METHODS & _route_methods(pattern.name)
+        if body_methods:
+            view = _json_only(view, body_methods)
+        return URLPattern(pattern.pattern, _json_405(view), pattern.default_args, pattern.name)
     return pattern
 
 

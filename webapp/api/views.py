@@ -28,13 +28,15 @@ from webapp.api.services.pipeline import run_generation
 from webapp.api.services.tokenize import detokenize, tokenize
 
 ERRORS: dict[int, type[ErrorResponse]] = {code: ErrorResponse for code in (400, 401, 404, 429, 500, 503)}
+# Routes with a JSON body may also answer 413 (too large) and 415 (not application/json): see urls.py.
+BODY_ERRORS: dict[int, type[ErrorResponse]] = {**ERRORS, 413: ErrorResponse, 415: ErrorResponse}
 
 router = Router()
 
 
 @router.post(
     "/v1/chat/completions",
-    response={200: ChatCompletionResponse, **ERRORS},
+    response={200: ChatCompletionResponse, **BODY_ERRORS},
     tags=["chat"],
     summary="Create a chat completion (SSE when stream is true)",
 )
@@ -51,7 +53,7 @@ async def chat_completions(request: HttpRequest, payload: ChatCompletionRequest)
 
 @router.post(
     "/v1/completions",
-    response={200: CompletionResponse, **ERRORS},
+    response={200: CompletionResponse, **BODY_ERRORS},
     tags=["completions"],
     summary="Create a text completion (SSE when stream is true)",
 )
@@ -91,7 +93,7 @@ async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
 
 @router.post(
     "/tokenize",
-    response={200: TokenizeResponse, **ERRORS},
+    response={200: TokenizeResponse, **BODY_ERRORS},
     tags=["tokenizer"],
     summary="Tokenize a prompt or chat messages",
 )
@@ -102,7 +104,7 @@ async def tokenize_view(request: HttpRequest, payload: TokenizeRequest) -> Token
 
 @router.post(
     "/detokenize",
-    response={200: DetokenizeResponse, **ERRORS},
+    response={200: DetokenizeResponse, **BODY_ERRORS},
     tags=["tokenizer"],
     summary="Turn token ids back into text",
 )

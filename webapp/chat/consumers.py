@@ -11,6 +11,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from webapp.chat import events
 from webapp.chat.errors import ChatError
 from webapp.chat.generation import get_generation_service
+from webapp.chat.guard import CLOSE_POLICY_VIOLATION, FrameError, FrameLimiter, UserCheck, decode_frame
 from webapp.chat.models import Conversation
 
 logger = logging.getLogger(__name__)
@@ -22,6 +23,12 @@ CLOSE_NOT_FOUND = 4404
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     conversation: Conversation
     group: str = ""
+    user_check: UserCheck | None = None
+    closed: bool = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limiter = FrameLimiter()
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -34,19 +41,41 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self.conversation = conversation
+        self.user_check = UserCheck.of(user)
         self.group = events.group_name(conversation_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         # A tab that (re)opens mid-reply gets the reply so far from memory, then follows the group.
         reply = get_generation_service().running(conversation_id)
         if reply is not None:
-            await self.send_json(events.upsert(reply.message))
+            await self.send_json(reply.upsert())
         await self.send_json(events.state(running=reply is not None))
 
     async def disconnect(self, code: int) -> None:
         # Leaving never stops a reply: generation belongs to the service, not to the socket.
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        # The rate limit comes first and costs no database work, so a flood cannot load the database.
+        if self.closed:
+            return
+        if not self.limiter.admit():
+            if self.limiter.flooding:
+                await self._close(CLOSE_POLICY_VIOLATION)
+            else:
+                await self.send_json(events.error("too_fast", "Too many messages at once; slow down."))
+            return
+        try:
+            content = decode_frame(text_data, bytes_data)
+        except FrameError as exc:
+            await self.send_json(events.error("invalid", exc.message))
+            return
+        if not await self._user_still_valid():
+            return
+        await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict):
@@ -89,7 +118,22 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             raise ChatError("invalid", "Unknown action.")
 
     async def chat_event(self, event: dict[str, Any]) -> None:
+        # A socket that only watches is re-checked too, as the events reach it (throttled).
+        if self.closed or not await self._user_still_valid():
+            return
         await self.send_json(event["payload"])
+
+    async def _user_still_valid(self) -> bool:
+        """Re-read the user at most every REVALIDATE_INTERVAL_S; close the socket once the login is void."""
+        check = self.user_check
+        if check is None or not check.due() or await check.still_valid():
+            return True
+        await self._close(CLOSE_UNAUTHENTICATED)
+        return False
+
+    async def _close(self, code: int) -> None:
+        self.closed = True
+        await self.close(code=code)
 
 
 def _int(value: Any) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from inference.api import (
     EngineDeadError,
     NoModelLoadedError,
@@ -10,6 +12,9 @@ from inference.api import (
     RequestFailedError,
     UnknownModelError,
 )
+from webapp.core.request_id import error_reference
+
+logger = logging.getLogger(__name__)
 
 
 class ChatError(Exception):
@@ -45,9 +50,13 @@ def from_engine(exc: BaseException, *, model: str, loading: bool = False) -> Cha
         return ChatError(
             "engine_dead", "The model stopped unexpectedly and is restarting. Try again shortly."
         )
+    # Anything else can carry crash details (CUDA errors, paths): the user gets a reference to quote,
+    # the log gets the details under it.
+    reference = error_reference()
+    logger.error("chat reply failed (reference %s): %s: %s", reference, type(exc).__name__, exc)
     if isinstance(exc, RequestFailedError):
-        return ChatError("engine_error", f"The model could not finish this reply. {exc}")
-    return ChatError("engine_error", f"The model failed: {exc}")
+        return ChatError("engine_error", f"The model could not finish this reply (reference {reference}).")
+    return ChatError("engine_error", f"The model failed (reference {reference}).")
 
 
 RATE_LIMITED = ChatError("rate_limited", "You are sending messages too quickly. Wait a moment and try again.")

@@ -6,6 +6,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
+from django.utils.safestring import mark_safe
 
 from webapp.chat.models import Conversation, Message
 
@@ -14,13 +15,16 @@ def group_name(conversation_id: int) -> str:
     return f"chat_{conversation_id}"
 
 
-def message_html(message: Message) -> str:
-    return render_to_string("chat/_message.html", {"message": message})
+def message_html(message: Message, body_html: str | None = None) -> str:
+    """The message fragment; `body_html` is its content already rendered (a streaming reply's cache)."""
+    # body_html comes from markdown_stream, which sanitizes every piece exactly as the markdown filter does.
+    body = mark_safe(body_html) if body_html is not None else None
+    return render_to_string("chat/_message.html", {"message": message, "body_html": body})
 
 
-def upsert(message: Message, *, nonce: str | None = None) -> dict[str, Any]:
+def upsert(message: Message, *, nonce: str | None = None, body_html: str | None = None) -> dict[str, Any]:
     """The message's whole rendered fragment: a client that missed updates is right again after one."""
-    event: dict[str, Any] = {"type": "upsert", "id": message.pk, "html": message_html(message)}
+    event: dict[str, Any] = {"type": "upsert", "id": message.pk, "html": message_html(message, body_html)}
     if nonce:
         event["nonce"] = nonce
     return event

@@ -20,6 +20,7 @@ from django.conf import settings
 
 from inference.api import EngineClient, EngineError, SamplingParams
 from webapp.chat import errors, events, selectors, services
+from webapp.chat.markdown_stream import IncrementalMarkdown
 from webapp.chat.models import Conversation, Message
 from webapp.chat.titles import TitleWriter
 from webapp.core.engine import get_engine
@@ -43,6 +44,11 @@ class RunningReply:
     task: asyncio.Task[None] | None = None
     finishing: bool = False
     started: float = field(default_factory=time.monotonic)
+    # Streaming updates re-render only the reply's unfinished last block (whole re-renders are quadratic).
+    renderer: IncrementalMarkdown = field(default_factory=IncrementalMarkdown)
+
+    def upsert(self) -> dict[str, Any]:
+        return events.upsert(self.message, body_html=self.renderer.render(self.message.content))
 
 
 class GenerationService:
@@ -58,6 +64,7 @@ class GenerationService:
 
     async def send(self, *, conversation: Conversation, content: str, nonce: str | None = None) -> Message:
         """Save the user's message, then start the reply; ChatError leaves nothing saved."""
+        _check_length(content)
         async with self._reservation(conversation):
             engine = await self._engine(conversation)
             history = await database_sync_to_async(selectors.prompt_messages)(conversation=conversation)
@@ -78,6 +85,7 @@ class GenerationService:
         self, *, conversation: Conversation, message_id: int, content: str, nonce: str | None
     ) -> None:
         """Rewrite a user message, drop everything after it, and answer it again."""
+        _check_length(content)
         async with self._reservation(conversation):
             engine = await self._engine(conversation)
             history = await database_sync_to_async(selectors.prompt_messages)(
@@ -204,7 +212,7 @@ class GenerationService:
                         raise _ReplyDeleted
                     last_save = now
                 if now - last_send >= BROADCAST_INTERVAL_S and not output.finished:
-                    await events.broadcast(reply.conversation_id, events.upsert(message))
+                    await events.broadcast(reply.conversation_id, reply.upsert())
                     last_send = now
             stopped = message.finish_reason == "abort"
             message.status = Message.Status.STOPPED if stopped else Message.Status.COMPLETE
@@ -236,6 +244,12 @@ class GenerationService:
         await events.broadcast(reply.conversation_id, events.upsert(message), events.state(running=False))
         if message.status == Message.Status.COMPLETE and not conversation.title_is_custom:
             self.titles.maybe_start(conversation_id=reply.conversation_id, engine=reply.engine)
+
+
+def _check_length(content: str) -> None:
+    # A character count first: an oversized message must never reach the tokenizer or chat template.
+    if len(content) > services.MAX_MESSAGE_CHARS and len(content.strip()) > services.MAX_MESSAGE_CHARS:
+        raise errors.ChatError("invalid", f"Message is longer than {services.MAX_MESSAGE_CHARS} characters.")
 
 
 async def _default_name() -> str:

@@ -100,7 +100,16 @@ def _parser() -> MarkdownIt:
 
 def render_markdown(text: str) -> str:
     """Sanitized HTML for untrusted Markdown text."""
-    html = _parser().render(text)
+    return sanitize(_parser().render(text))
+
+
+def parser() -> MarkdownIt:
+    """The shared, configured parser (markdown_stream renders pieces of a reply with it)."""
+    return _parser()
+
+
+def sanitize(html: str) -> str:
+    """The allow-list cleaning every rendered fragment goes through."""
     return nh3.clean(
         html,
         tags=_ALLOWED_TAGS,

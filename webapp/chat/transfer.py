@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.template.defaultfilters import filesizeformat
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from webapp.chat.models import Conversation, Message
@@ -80,11 +81,16 @@ def export_markdown(*, conversation: Conversation) -> str:
     return "\n".join(parts)
 
 
+def check_import_size(size: int | None) -> None:
+    """ValueError for an upload over MAX_IMPORT_BYTES, judged by its size before anything reads it."""
+    if size is not None and size > MAX_IMPORT_BYTES:
+        raise ValueError(f"The file is too large to import (at most {filesizeformat(MAX_IMPORT_BYTES)}).")
+
+
 @transaction.atomic
 def import_chat(*, user: User, raw: bytes) -> Conversation:
     """Create a chat from exported JSON; ValueError with a readable reason when the file is not one."""
-    if len(raw) > MAX_IMPORT_BYTES:
-        raise ValueError("The file is too large to import.")
+    check_import_size(len(raw))
     try:
         chat = ExportedChat.model_validate(json.loads(raw.decode("utf-8")))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

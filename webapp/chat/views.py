@@ -169,8 +169,13 @@ def import_json(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Choose a JSON file to import.")
         return redirect("chat:index")
+    upload = form.cleaned_data["file"]
     try:
-        conversation = transfer.import_chat(user=_user(request), raw=form.cleaned_data["file"].read())
+        # By the size the upload declares, before reading it: a large file is never loaded into memory.
+        transfer.check_import_size(upload.size)
+        # At most one byte over the limit, should the declared size be wrong; import_chat refuses that.
+        raw = upload.read(transfer.MAX_IMPORT_BYTES + 1)
+        conversation = transfer.import_chat(user=_user(request), raw=raw)
     except ValueError as exc:
         messages.error(request, str(exc))
         return redirect("chat:index")

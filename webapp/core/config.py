@@ -102,6 +102,15 @@ SPECS: dict[str, Spec] = {
     "api_log_prompts": Spec(False, env="MOONCAKE_API_LOG_PROMPTS"),
 }
 
+# Where the production settings' defaults differ: a server facing many users gets fallback API limits
+# (per key, and per user over all their keys); local use keeps SPECS' 0, unlimited. 0 in the variable
+# still means unlimited, for an operator who wants that.
+PRODUCTION_DEFAULTS: dict[str, Any] = {
+    "api_requests_per_minute": 60,
+    "api_tokens_per_minute": 100_000,
+    "api_max_concurrent": 4,
+}
+
 
 class MooncakeSettings(BaseModel):
     """The resolved configuration: validated server settings, the source of each, and the file's
@@ -155,6 +164,15 @@ def resolve_settings(
         yaml_keys=frozenset(f"{s}.{k}" for s, values in raw.items() for k in values),
         engine_env=engine_env,
     )
+
+
+def api_limits(server: ServerSettings) -> dict[str, int | None]:
+    """settings.MOONCAKE_API_LIMITS: the fallback limits, None (not 0) where unlimited."""
+    return {
+        "requests_per_minute": server.api_requests_per_minute or None,
+        "tokens_per_minute": server.api_tokens_per_minute or None,
+        "max_concurrent_requests": server.api_max_concurrent or None,
+    }
 
 
 def load_mooncake_config(path: Path | None) -> dict[str, dict[str, Any]]:

@@ -6,8 +6,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.api import EngineError, ModelManagerClient
+from inference.api import EngineError, ModelInfo
 from webapp.core.engine import peek_manager
+from webapp.core.request_id import error_reference
 
 logger = logging.getLogger(__name__)
 
@@ -27,19 +28,31 @@ class Readiness:
         return body
 
 
-def _model_states(manager: ModelManagerClient) -> list[dict[str, Any]]:
-    return [{"name": info.name, "state": info.state, "error": info.error} for info in manager.list()]
+# /health is public: load and crash errors (paths, CUDA messages) stay in the log and the staff console.
+FAILED = "failed; the details are in the server log"
+
+
+def _model_states(infos: list[ModelInfo]) -> list[dict[str, Any]]:
+    return [{"name": i.name, "state": i.state, "error": FAILED if i.error else None} for i in infos]
+
+
+def _hidden(what: str, detail: object) -> str:
+    """A public sentence for `what` that quotes a reference; the details go to the log under it."""
+    reference = error_reference()
+    logger.warning("%s (reference %s): %s", what, reference, detail)
+    return f"{what}; the details are in the server log (request id {reference})."
 
 
 def default_engine_readiness() -> Readiness:
     manager = peek_manager()
     if manager is None:
         return Readiness(False, "no_engine", "The engine has not been started yet.")
-    models = _model_states(manager)
+    infos = manager.list()
+    models = _model_states(infos)
     default = manager.default_name
     try:
         engine = manager.peek(None)
-    except EngineError as exc:
+    except EngineError:
         state = next((m for m in models if m["name"] == default), None)
         if state is not None and state["state"] == "loading":
             return Readiness(False, "loading", f"Model {default} is loading.", default, models)
@@ -47,10 +60,10 @@ def default_engine_readiness() -> Readiness:
             reason = f"Model {default} stopped unexpectedly and is restarting."
             return Readiness(False, "restarting", reason, default, models)
         if state is not None and state["state"] == "failed":
-            return Readiness(
-                False, "failed", f"Model {default} failed: {state['error']}", default, models
-            )
-        return Readiness(False, "no_model", str(exc) or "No model is loaded.", default, models)
+            error = next((i.error for i in infos if i.name == default), None)
+            reason = _hidden(f"Model {default} failed to load", error)
+            return Readiness(False, "failed", reason, default, models)
+        return Readiness(False, "no_model", "No model is loaded.", default, models)
     health = engine.health()
     # The manager's name is the one API clients use; engine.model_name is the model's source.
     name = default or str(engine.model_name)
@@ -58,4 +71,4 @@ def default_engine_readiness() -> Readiness:
         return Readiness(True, "ok", None, name, models)
     if health.state == "loading":
         return Readiness(False, "loading", f"Model {name} is loading.", name, models)
-    return Readiness(False, "dead", health.error or "The engine stopped.", name, models)
+    return Readiness(False, "dead", _hidden(f"The engine of {name} stopped", health.error), name, models)

@@ -49,6 +49,9 @@ MOONCAKE_API_LIMITS: dict[str, int | None] = {
 }
 # Prompt text is the users' data: the request log keeps it only when an admin asks for it.
 MOONCAKE_API_LOG_PROMPTS = _server.api_log_prompts
+# When set, /metrics answers only `Authorization: Bearer <token>` (webapp.core.metrics_view); a secret,
+# so it is not part of the config report's settings.
+MOONCAKE_METRICS_TOKEN = env_str("MOONCAKE_METRICS_TOKEN", "").strip()
 
 SECRET_KEY = env_str("SECRET_KEY", "")
 DEBUG = env_bool("DEBUG", False)
@@ -74,8 +77,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every later middleware's log lines already carry the request id.
+    "webapp.core.request_id.request_id_middleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "webapp.core.body_limits.body_limit_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -85,12 +91,15 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "webapp.core.middleware.first_run_setup_middleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
+    "webapp.core.csp.csp_middleware",
 ]
 # API paths (webapp.core.api_asgi): bearer keys instead of sessions, so no session, auth, CSRF or messages;
 # the rest as above, on the event loop.
 API_MIDDLEWARE = [
+    "webapp.core.request_id.request_id_middleware",
     "webapp.core.loop_middleware.PrometheusBefore",
     "webapp.core.loop_middleware.Security",
+    "webapp.core.body_limits.body_limit_middleware",
     "webapp.core.loop_middleware.Common",
     "webapp.core.loop_middleware.XFrameOptions",
     "webapp.core.loop_middleware.PrometheusAfter",
@@ -181,8 +190,20 @@ PROMETHEUS_EXPORT_MIGRATIONS = False
 LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Every line carries the id of the request it was written for ("-" outside requests).
+    "filters": {"request_id": {"()": "webapp.core.request_id.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
+        "json": {"()": "webapp.core.request_id.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            # LOG_FORMAT=json: one JSON object per line, for log shippers.
+            "formatter": "json" if env_str("LOG_FORMAT", "plain").lower() == "json" else "plain",
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }

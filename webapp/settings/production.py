@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from webapp.core.config import PRODUCTION_DEFAULTS, api_limits, resolve_settings
 from webapp.settings.base import *  # noqa: F403
 from webapp.settings.env import env_bool, env_int, env_list, env_required
+
+# Fallback API limits are on by default here (README, "Default limits"); the variables still override.
+MOONCAKE_SETTINGS = resolve_settings(defaults=PRODUCTION_DEFAULTS)
+MOONCAKE_API_LIMITS = api_limits(MOONCAKE_SETTINGS.server)
 
 DEBUG = False
 SECRET_KEY = env_required("SECRET_KEY")

@@ -152,11 +152,13 @@ async def test_unknown_api_path_is_json_404(client: AsyncClient, path: str) -> N
     ["multipart/form-data", "multipart/form-data; boundary=", "application/x-www-form-urlencoded",
      "text/plain"],
 )  # fmt: skip
-async def test_non_json_body_is_json_400(client: AsyncClient, content_type: str) -> None:
+async def test_non_json_body_is_json_415(client: AsyncClient, content_type: str) -> None:
+    # Once a JSON 400 from the parser; now refused by Content-Type before parsing (test_content_type.py).
     body = b'--x\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--x--\r\n'
     for path in ("/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"):
         response = await client.post(path, data=body, content_type=content_type)
-        assert_openai_error(response, 400, "invalid_request_error")
+        error = assert_openai_error(response, 415, "invalid_request_error")
+        assert error["code"] == "unsupported_media_type"
 
 
 async def test_body_over_the_upload_limit_is_json_413(client: AsyncClient, settings: Any) -> None:

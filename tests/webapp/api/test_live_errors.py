@@ -37,11 +37,23 @@ FORM = b'--x\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--x--\r\n'
     ["multipart/form-data", "multipart/form-data; boundary=", "multipart/form-data; boundary=x",
      "application/x-www-form-urlencoded"],
 )  # fmt: skip
-def test_form_bodies_are_json_400(server: LiveDaphne, content_type: str) -> None:
-    # Twisted would parse form bodies itself (an empty 400 without a boundary); Django must get them.
+def test_form_bodies_are_json_415(server: LiveDaphne, content_type: str) -> None:
+    # Twisted would parse form bodies itself (an empty 400 without a boundary); Django must get them, and
+    # refuses them as not JSON (once a 400 from the parser).
     for path in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
         response = httpx.post(server.url + path, content=FORM, headers={"Content-Type": content_type})
-        assert_json_error(response, 400)
+        assert_json_error(response, 415)
+        assert response.json()["error"]["code"] == "unsupported_media_type"
+
+
+def test_oversized_body_is_json_413_by_content_length(server: LiveDaphne) -> None:
+    # Through the API's own handler and middleware (settings.API_MIDDLEWARE), not the test client's.
+    body = b'{"prompt": "' + b"a" * (3 * 1024 * 1024) + b'"}'  # over Django's default 2.5 MiB
+    response = httpx.post(
+        server.url + "/v1/completions", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert_json_error(response, 413)
+    assert response.json()["error"]["code"] == "request_too_large"
 
 
 def test_wrong_method_and_unknown_path_are_json(server: LiveDaphne) -> None:

@@ -238,7 +238,7 @@ def test_import_renders_markdown_safely_with_copy_buttons(
     # The sidebar loads older chats as it scrolls (htmx, 30 a page).
     assert page.locator("#conv-list .conv-item").count() == 30
     page.locator("#conv-list .conv-more").scroll_into_view_if_needed()
-    page.wait_for_function("document.querySelectorAll('#conv-list .conv-item').length > 30")
+    page.wait_for_function("() => document.querySelectorAll('#conv-list .conv-item').length > 30")
 
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.click(".chat-import summary")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -112,6 +116,61 @@ def test_serve_migrates_starts_server_and_worker_and_stops_on_sigterm(tmp_path: 
         while "ready." not in banner and time.monotonic() < deadline:  # Celery's "celery@host ready."
             banner += proc.stdout.readline()
         assert "ready." in banner
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_refuses_a_public_bind_with_debug_or_open_api(tmp_path: Path) -> None:
+    result = _mooncake(["serve", "--host", "0.0.0.0", "--no-worker"], _env(tmp_path, MOONCAKE_API_AUTH="off"))
+    assert result.returncode != 0
+    assert "refusing to listen on 0.0.0.0" in result.stderr and "MOONCAKE_API_AUTH=off" in result.stderr
+    assert not (tmp_path / "data" / "mooncake.sqlite3").exists()  # refused before migrating
+
+
+def _read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
+    assert proc.stdout is not None
+    text = ""
+    deadline = time.monotonic() + timeout
+    while marker not in text and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        text += line
+    return text
+
+
+def test_serve_on_a_public_bind_forces_api_keys_and_no_debug_and_prints_the_setup_link(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    env = _env(tmp_path, MOONCAKE_AUTOLOAD="0")
+    serve = ["serve", "--host", "0.0.0.0", "--port", str(port), "--no-worker"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webapp.cli", *serve],
+        env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        banner = _read_until(proc, "Ctrl-C stops everything", 120)
+        assert "DEBUG off, API keys required" in banner, banner
+        data = tmp_path / "data"
+        key = (data / "secret_key").read_text(encoding="utf-8").strip()
+        token = hmac.new(key.encode(), b"mooncake first-run setup", hashlib.sha256).hexdigest()[:32]
+        assert f"http://127.0.0.1:{port}/setup/?token={token}" in banner, banner
+        # Host: localhost is what anyone may send; it must no longer open the API or debug pages
+        # (/health... is a path first-run setup does not redirect).
+        for path, status in (("/v1/models", 401), ("/health-no-such-page", 404)):
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Host": "localhost"})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == status
+            assert b"DEBUG = True" not in refused.value.read()
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        for name in ("mooncake.sqlite3", "secret_key"):
+            assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:

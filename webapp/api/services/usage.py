@@ -12,6 +12,7 @@ from webapp.accounts.services import usage_record
 from webapp.api.auth import Caller
 from webapp.api.models import RequestLog
 from webapp.core.engine_settings import log_prompts_enabled
+from webapp.core.request_id import get_request_id
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ class RequestRecord:
     finish_reasons: list[str] = field(default_factory=list)
     error: str = ""
     prompt_text: str = ""
+    # Taken when the record is made, inside the request: a stream's row is written after the view returned.
+    request_id: str = field(default_factory=lambda: get_request_id() or "")
 
 
 def _storable(text: str) -> str:
@@ -45,6 +48,7 @@ def _write(caller: Caller, record: RequestRecord) -> None:
         RequestLog.objects.create(
             user_id=caller.user_id,
             api_key_id=caller.api_key_id,
+            request_id=record.request_id[:128],
             endpoint=record.endpoint,
             model=_storable(record.model)[:200],
             stream=record.stream,

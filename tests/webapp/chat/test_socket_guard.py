@@ -1,0 +1,165 @@
+"""The chat socket under abuse: floods, malformed frames, revoked logins, oversized messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+from django.db.backends.utils import CursorWrapper
+
+from tests.webapp.chat.fakes import FakeEngine
+from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
+from webapp.chat import events, guard, services
+from webapp.chat.errors import ChatError
+from webapp.chat.generation import get_generation_service
+from webapp.chat.models import Conversation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def alice() -> User:
+    return User.objects.create_user("alice", password="pw")
+
+
+@pytest.fixture
+def chat(alice: User) -> Conversation:
+    return services.conversation_create(user=alice)
+
+
+@pytest.fixture
+def queries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every SQL statement run on any thread (the consumer's DB work runs off the test's thread)."""
+    seen: list[str] = []
+    original = CursorWrapper.execute
+
+    def execute(self: CursorWrapper, sql: str, params: Any = None) -> Any:
+        seen.append(sql)
+        return original(self, sql, params)
+
+    monkeypatch.setattr(CursorWrapper, "execute", execute)
+    yield seen
+
+
+async def connected(user: User, conversation_id: int) -> Any:
+    ws = await open_socket(user, conversation_id)
+    ok, _ = await ws.connect()
+    assert ok
+    assert await ws.receive_json_from() == {"type": "state", "running": False}
+    return ws
+
+
+async def test_flood_is_refused_without_db_work_then_closed(
+    monkeypatch: pytest.MonkeyPatch, queries: list[str], alice: User, chat: Conversation
+) -> None:
+    monkeypatch.setattr(guard, "FRAME_REFILL_PER_S", 0.0)  # no refill: the test's timing cannot matter
+    ws = await connected(alice, chat.pk)
+    for _ in range(guard.FRAME_BURST):
+        await ws.send_json_to({"type": "dance"})
+        assert (await ws.receive_json_from())["code"] == "invalid"
+    queries.clear()
+    await ws.send_json_to({"type": "stop"})
+    assert (await ws.receive_json_from())["code"] == "too_fast"
+    assert queries == []
+    for _ in range(guard.FLOOD_CLOSE_AFTER - 1):
+        await ws.send_json_to({"type": "send", "content": "spam"})
+        assert (await ws.receive_json_from())["code"] == "too_fast"
+    await ws.send_json_to({"type": "stop"})
+    assert await ws.receive_output() == {"type": "websocket.close", "code": 1008}
+    assert queries == []
+    await ws.disconnect()
+
+
+def test_token_bucket_refills() -> None:
+    bucket = guard.TokenBucket(burst=2, rate=5.0, tokens=2, updated=0.0)
+    assert bucket.take(0.0) and bucket.take(0.0) and not bucket.take(0.0)
+    assert not bucket.take(0.1)  # half a token
+    assert bucket.take(0.2)
+    assert bucket.take(10.0) and bucket.take(10.0) and not bucket.take(10.0)  # never above the burst
+
+
+async def test_malformed_frames_are_errors_and_the_socket_stays_open(
+    monkeypatch: pytest.MonkeyPatch, fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
+    monkeypatch.setattr(guard, "REVALIDATE_INTERVAL_S", 0.0)  # a valid user passes the check every frame
+    ws = await connected(alice, chat.pk)
+    frames: list[dict[str, Any]] = [
+        {"text_data": "not json {"},
+        {"bytes_data": b"\x00\x01binary"},
+        {"text_data": "[1, 2, 3]"},
+        {"text_data": '"just a string"'},
+        {"text_data": "null"},
+        {"text_data": '{"type": "dance"}'},
+        {"text_data": '{"type": "send", "content": "' + "x" * guard.MAX_FRAME_CHARS + '"}'},
+    ]
+    for frame in frames:
+        await ws.send_to(**frame)
+        event = await ws.receive_json_from()
+        assert (event["type"], event["code"]) == ("error", "invalid"), frame
+    await ws.send_json_to({"type": "send", "content": "still here"})
+    seen = await receive_until(ws, is_idle)
+    assert any(e["type"] == "upsert" and "still here" in e["html"] for e in seen)
+    await get_generation_service().wait_idle()
+    await ws.disconnect()
+
+
+@pytest.mark.parametrize("change", ["deactivate", "password"])
+async def test_revoked_login_closes_the_socket(
+    monkeypatch: pytest.MonkeyPatch, change: str, alice: User, chat: Conversation
+) -> None:
+    monkeypatch.setattr(guard, "REVALIDATE_INTERVAL_S", 0.0)
+    ws = await connected(alice, chat.pk)
+    user = await User.objects.aget(pk=alice.pk)
+    if change == "deactivate":
+        user.is_active = False
+    else:
+        user.set_password("a new one")
+    await sync_to_async(user.save)()
+    await ws.send_json_to({"type": "dance"})
+    assert await ws.receive_output() == {"type": "websocket.close", "code": 4401}
+    await ws.disconnect()
+
+
+async def test_watching_socket_is_closed_when_the_user_is_deactivated(
+    monkeypatch: pytest.MonkeyPatch, alice: User, chat: Conversation
+) -> None:
+    monkeypatch.setattr(guard, "REVALIDATE_INTERVAL_S", 0.0)
+    ws = await connected(alice, chat.pk)
+    await User.objects.filter(pk=alice.pk).aupdate(is_active=False)
+    await events.broadcast(chat.pk, events.state(running=False))
+    assert await ws.receive_output() == {"type": "websocket.close", "code": 4401}
+    await ws.disconnect()
+
+
+async def test_revalidation_is_throttled(queries: list[str], alice: User, chat: Conversation) -> None:
+    ws = await connected(alice, chat.pk)
+    await User.objects.filter(pk=alice.pk).aupdate(is_active=False)
+    await ws.send_json_to({"type": "dance"})  # within REVALIDATE_INTERVAL_S of connecting: not re-read yet
+    assert (await ws.receive_json_from())["code"] == "invalid"
+    assert not any("auth_user" in q for q in queries if q.lstrip().upper().startswith("SELECT"))
+    await ws.disconnect()
+
+
+@pytest.mark.parametrize("action", ["send", "edit"])
+async def test_huge_message_is_refused_before_any_tokenizer_work(
+    monkeypatch: pytest.MonkeyPatch, action: str, fake_engine: FakeEngine, chat: Conversation
+) -> None:
+    calls: list[Any] = []
+
+    def template(*args: Any, **kwargs: Any) -> list[int]:
+        calls.append(args)
+        return [1]
+
+    monkeypatch.setattr(fake_engine, "apply_chat_template", template)
+    service = get_generation_service()
+    huge = "x" * (1 << 20)
+    with pytest.raises(ChatError) as caught:
+        if action == "send":
+            await service.send(conversation=chat, content=huge)
+        else:
+            await service.edit(conversation=chat, message_id=1, content=huge, nonce=None)
+    assert caught.value.code == "invalid" and "longer than" in caught.value.message
+    assert calls == []
