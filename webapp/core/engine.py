@@ -12,6 +12,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,26 @@ async def get_engine(model: str | None = None) -> EngineClient:
     return manager.get(model)
 
 
+# Work an app wants done right after a model loads, before requests reach it (the API builds its grammar
+# view of the tokenizer, which otherwise holds the GIL, and so every stream, on the first grammar request).
+_load_hooks: list[Callable[[EngineClient], None]] = []
+
+
+def register_load_hook(hook: Callable[[EngineClient], None]) -> None:
+    if hook not in _load_hooks:
+        _load_hooks.append(hook)
+
+
+def load_model(manager: ModelManagerClient, name: str) -> None:
+    """Load `name` (blocking), then run the registered load hooks on its engine."""
+    engine = manager.load(name)
+    for hook in _load_hooks:
+        try:
+            hook(engine)
+        except Exception:
+            logger.exception("A load hook failed for %s", name)
+
+
 def _load_default() -> None:
     try:
         manager = get_manager()
@@ -107,7 +128,7 @@ def _load_default() -> None:
             logger.warning("No default model is configured; nothing to load.")
             return
         logger.info("Loading the default model %s", name)
-        manager.load(name)
+        load_model(manager, name)
         logger.info("Default model %s is ready", name)
     except Exception:
         # /health reports the failure from the manager's state; the server stays up for the console.

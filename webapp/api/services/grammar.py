@@ -20,6 +20,7 @@ import torch
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
 
+from inference.api import EngineClient
 from webapp.api.errors import invalid
 
 # JSON without free whitespace: a small model cannot stall the output in an endless run of spaces.
@@ -40,6 +41,12 @@ def ll_tokenizer(hf_tokenizer: Any, eos_token_ids: set[int] | None = None) -> ll
             cached = llguidance.hf.from_tokenizer(hf_tokenizer, eos_token=eos[0] if eos else None)
             _tokenizers[hf_tokenizer] = cached
         return cached
+
+
+def warm_grammar(engine: EngineClient) -> None:
+    """Build the tokenizer view as a model loads: built on a first grammar request instead, it holds the
+    GIL for ~0.3 s on a CPU, and every running stream pauses with it."""
+    ll_tokenizer(engine.tokenizer, set(engine.eos_token_ids))
 
 
 def json_schema_grammar(schema: dict[str, Any] | None, *, param: str) -> str:

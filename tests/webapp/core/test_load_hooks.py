@@ -1,0 +1,37 @@
+"""Work registered for a model's load runs right after it, for the default model and console loads alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.webapp.fake_engine import FakeEngine, FakeModelManager
+from webapp.core import engine as core_engine
+
+
+def test_load_model_runs_every_hook_and_survives_a_failing_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+
+    def broken(engine: Any) -> None:
+        raise RuntimeError("hook broke")
+
+    monkeypatch.setattr(core_engine, "_load_hooks", [])
+    core_engine.register_load_hook(broken)
+    core_engine.register_load_hook(seen.append)
+    core_engine.register_load_hook(seen.append)  # registered once
+    engine = FakeEngine()
+    manager = FakeModelManager.with_engine(engine)
+    core_engine.load_model(manager, manager.list()[0].name)
+    assert seen == [engine]
+
+
+def test_the_api_warms_its_grammar_view_of_each_loaded_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webapp.api.services import grammar
+
+    assert grammar.warm_grammar in core_engine._load_hooks
+    built: list[tuple[Any, set[int] | None]] = []
+    monkeypatch.setattr(grammar, "ll_tokenizer", lambda tok, eos=None: built.append((tok, eos)))
+    engine = FakeEngine()
+    grammar.warm_grammar(engine)
+    assert built == [(engine.tokenizer, set(engine.eos_token_ids))]
