@@ -55,6 +55,7 @@ class ModelManager:
         max_restarts: int = 3,
         restart_window_s: float = 600.0,
         restart_backoff_s: float = 1.0,
+        on_loaded: Callable[[AsyncEngine], None] | None = None,
     ) -> None:
         if memory_budget_bytes is not None and memory_budget_bytes <= 0:
             raise ValueError(f"memory_budget_bytes must be > 0, got {memory_budget_bytes}")
@@ -63,6 +64,9 @@ class ModelManager:
         self.max_restarts = max_restarts
         self.restart_window_s = restart_window_s
         self.restart_backoff_s = restart_backoff_s
+        # Runs on every engine this manager loads (load, reconfigure, automatic restart) before the model
+        # reads "loaded", so work it does (warming caches) never competes with requests.
+        self._on_loaded = on_loaded
         self.memory_budget_bytes = memory_budget_bytes
         self.evict_lru = evict_lru
         self._factory = engine_factory or AsyncEngine.start
@@ -196,6 +200,11 @@ class ModelManager:
             with self._lock:
                 entry.info.state, entry.info.error = "failed", f"{type(exc).__name__}: {exc}"
             raise
+        if self._on_loaded is not None:
+            try:
+                self._on_loaded(engine)
+            except Exception:  # warming is an optimisation: the model serves without it
+                logger.exception("The on_loaded hook failed for %s", entry.info.name)
         with self._lock:
             entry.engine = engine
             entry.info = replace(

@@ -138,3 +138,26 @@ def test_an_unload_cancels_a_pending_restart():
     assert manager.list()[0].state == "available"
     time.sleep(0.5)
     assert manager.list()[0].state == "available" and len(factory.engines) == 1
+
+
+def test_on_loaded_runs_before_the_model_reads_loaded_on_every_load_and_restart():
+    factory = Factory()
+    states: list[str] = []
+    managers: list[ModelManager] = []
+
+    def on_loaded(engine: AsyncEngine) -> None:
+        states.append(managers[0].list()[0].state)
+        if len(states) == 2:
+            raise RuntimeError("a broken hook does not fail the load")
+
+    manager = ModelManager(engine_factory=factory, restart_backoff_s=0.01, on_loaded=on_loaded)
+    managers.append(manager)
+    manager.register("m", EngineConfig(model="fake"))
+    first = manager.load("m")
+    kill(first)
+    asyncio.run(fail_one(first))
+    wait_state(manager, "loaded")
+    manager.reconfigure("m", EngineConfig(model="fake", max_num_seqs=4))
+    assert states == ["loading", "loading", "loading"]
+    assert len(factory.engines) == 3 and manager.list()[0].state == "loaded"
+    manager.unload("m")

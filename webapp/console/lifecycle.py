@@ -6,7 +6,6 @@ from typing import Any
 
 from webapp.console.jobs import ProcessJob, process_jobs
 from webapp.console.registry import engine_config_for, manager_options, manager_register, sync_manager
-from webapp.core.engine import load_model
 from webapp.core.engine_settings import drain_timeout, engine_settings_get
 from webapp.core.models import EngineSettings, ModelRegistration
 
@@ -32,7 +31,7 @@ def model_load(*, name: str) -> ProcessJob:
     manager = _require(name)
 
     def work() -> str:
-        load_model(manager, name)
+        manager.load(name)
         return f"{name} loaded"
 
     return _start("load", name, work)

@@ -63,7 +63,7 @@ def _build_manager() -> ModelManagerClient:
     from inference.manager import ModelManager
 
     budget = settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
-    manager = ModelManager(memory_budget_bytes=budget)
+    manager = ModelManager(memory_budget_bytes=budget, on_loaded=run_load_hooks)
     mooncake = settings.MOONCAKE
     name = served_model_name(mooncake)
     aliases = [str(a) for a in mooncake.get("model", {}).get("aliases", [])]
@@ -110,14 +110,13 @@ def register_load_hook(hook: Callable[[EngineClient], None]) -> None:
         _load_hooks.append(hook)
 
 
-def load_model(manager: ModelManagerClient, name: str) -> None:
-    """Load `name` (blocking), then run the registered load hooks on its engine."""
-    engine = manager.load(name)
+def run_load_hooks(engine: EngineClient) -> None:
+    """The manager calls this for every engine it loads (load, restart after a change or a crash)."""
     for hook in _load_hooks:
         try:
             hook(engine)
         except Exception:
-            logger.exception("A load hook failed for %s", name)
+            logger.exception("A load hook failed for %s", engine.model_name)
 
 
 def _load_default() -> None:
@@ -128,7 +127,7 @@ def _load_default() -> None:
             logger.warning("No default model is configured; nothing to load.")
             return
         logger.info("Loading the default model %s", name)
-        load_model(manager, name)
+        manager.load(name)
         logger.info("Default model %s is ready", name)
     except Exception:
         # /health reports the failure from the manager's state; the server stays up for the console.

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from tests.webapp.fake_engine import FakeEngine, FakeModelManager
+from tests.webapp.fake_engine import FakeEngine
 from webapp.core import engine as core_engine
 
 
-def test_load_model_runs_every_hook_and_survives_a_failing_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_hooks_all_run_and_survive_a_failing_one(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
 
     def broken(engine: Any) -> None:
@@ -21,8 +21,7 @@ def test_load_model_runs_every_hook_and_survives_a_failing_one(monkeypatch: pyte
     core_engine.register_load_hook(seen.append)
     core_engine.register_load_hook(seen.append)  # registered once
     engine = FakeEngine()
-    manager = FakeModelManager.with_engine(engine)
-    core_engine.load_model(manager, manager.list()[0].name)
+    core_engine.run_load_hooks(engine)
     assert seen == [engine]
 
 
