@@ -58,6 +58,10 @@ async def test_closing_the_iterator_aborts_and_frees_blocks(engine):
 
 
 async def test_cancelling_the_consumer_task_aborts(engine):
+    execute = engine.engine.runner.execute
+    # Slow steps: 100 fast ones can all finish between two polls of the running count.
+    engine.engine.runner.execute = lambda chunks: (time.sleep(0.01), execute(chunks))[1]
+
     async def consume():
         async for _ in engine.generate(TOK.encode("another story"), LONG):
             await asyncio.sleep(0.05)
