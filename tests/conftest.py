@@ -27,6 +27,7 @@ import yaml
 
 if TYPE_CHECKING:
     from tests.webapp.fake_engine import FakeEngine, FakeModelManager
+    from webapp.core.runtime import Runtime
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,13 +39,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _first_run_cache_reset() -> Iterator[None]:
-    """The first-run middleware caches "an account exists"; each test starts from its own database."""
-    from webapp.core.middleware import reset_first_run_cache
+def runtime() -> Iterator[Runtime]:
+    """A fresh runtime per test: its own manager slot, limiter, jobs, services and first-run cache."""
+    from webapp.core.runtime import Runtime, install_runtime
 
-    reset_first_run_cache()
-    yield
-    reset_first_run_cache()
+    fresh = Runtime()
+    previous = install_runtime(fresh)
+    yield fresh
+    fresh.jobs.wait_all(timeout=30)
+    install_runtime(previous)
 
 
 @pytest.fixture
@@ -55,16 +58,14 @@ def fake_engine() -> FakeEngine:
 
 
 @pytest.fixture
-def fake_manager(fake_engine: FakeEngine) -> Iterator[FakeModelManager]:
+def fake_manager(fake_engine: FakeEngine, runtime: Runtime) -> Iterator[FakeModelManager]:
     """A manager whose default model is `fake_engine`, installed for the test's duration."""
     from tests.webapp.fake_engine import FakeModelManager
-    from webapp.core.engine import peek_manager, set_manager
 
-    previous = peek_manager()
     manager = FakeModelManager.with_engine(fake_engine)
-    set_manager(manager)
+    runtime.install_manager(manager)
     yield manager
-    set_manager(previous)
+    runtime.install_manager(None)
 
 
 # ---- a real server --------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """ASGI entry point: HTTP to Django (static files included), WebSocket through origin and auth checks.
 
-Daphne does not speak the ASGI lifespan protocol, so the default model starts loading here, at import,
-in a background thread (MOONCAKE_AUTOLOAD; off in tests).
+Daphne does not speak the ASGI lifespan protocol, so the runtime starts here, once the application is
+built (MOONCAKE_AUTOLOAD; off in tests): start hooks, then the default model, in a background thread.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.urls import get_resolver  # noqa: E402
 
 from webapp.core.api_asgi import ApiASGIHandler, ApiOrSite  # noqa: E402
-from webapp.core.engine import start_default_model_in_background, start_idle_reaper  # noqa: E402
+from webapp.core.runtime import get_runtime  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -39,5 +39,4 @@ application = ProtocolTypeRouter(
 get_resolver().url_patterns  # noqa: B018
 
 if settings.MOONCAKE_AUTOLOAD:
-    start_default_model_in_background()
-    start_idle_reaper()
+    get_runtime().start()

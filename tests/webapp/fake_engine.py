@@ -2,7 +2,7 @@
 
     engine = FakeEngine(script="Hello there, friend.")
     manager = FakeModelManager.with_engine(engine)      # or the `fake_manager` fixture in tests/conftest.py
-    set_manager(manager)
+    get_runtime().install_manager(manager)  # or the runtime fixture
 
 Tokens are whitespace-delimited pieces of text ("Hello ", "there, ", "friend."), so token counts are easy
 to reason about. `generate` streams the script one token per RequestOutput, honours max_tokens, stop

@@ -12,15 +12,7 @@ from django.db.models import QuerySet, Sum
 
 from webapp.accounts.keys import hash_secret
 from webapp.accounts.models import ApiKey, DailyUsage, UserApiLimits
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Effective limits; None means unlimited."""
-
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    max_concurrent_requests: int | None = None
+from webapp.core.limits import Limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,10 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 
-from webapp.api.errors import APIError, ErrorType
+from webapp.api.errors import error_response
 from webapp.api.views import router
 from webapp.core.body_limits import request_too_large
+from webapp.core.errors import InvalidRequest, MooncakeError, ServerFailure, error_for_status
 
 logger = logging.getLogger(__name__)
 
@@ -34,9 +35,9 @@ def _location(loc: list[Any] | tuple[Any, ...]) -> str | None:
     return ".".join(parts) or None
 
 
-@api.exception_handler(APIError)
-def _api_error(request: HttpRequest, exc: APIError) -> HttpResponse:
-    return exc.response()
+@api.exception_handler(MooncakeError)
+def _mooncake_error(request: HttpRequest, exc: MooncakeError) -> HttpResponse:
+    return error_response(exc)
 
 
 def _message(error: dict[str, Any]) -> str:
@@ -49,25 +50,13 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
     first = errors[0]
     param = _location(first.get("loc", []))
     messages = "; ".join(f"{_location(e.get('loc', [])) or 'body'}: {_message(e)}" for e in errors[:5])
-    return APIError(400, messages, type="invalid_request_error", param=param).response()
-
-
-_STATUS_TYPES: dict[int, ErrorType] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    429: "rate_limit_error",
-    503: "unavailable_error",
-}
+    return error_response(InvalidRequest(messages, param=param))
 
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     # ninja raises HttpError(400, "Cannot parse request body") for malformed JSON, among others.
-    kind = _STATUS_TYPES.get(
-        exc.status_code, "server_error" if exc.status_code >= 500 else "invalid_request_error"
-    )
-    return APIError(exc.status_code, str(exc), type=kind).response()
+    return error_response(error_for_status(exc.status_code, str(exc)))
 
 
 @api.exception_handler(RequestDataTooBig)
@@ -81,4 +70,4 @@ def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 @api.exception_handler(Exception)
 def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("unhandled error in %s", request.path)
-    return APIError(500, "Internal server error.", type="server_error").response()
+    return error_response(ServerFailure("Internal server error."))

@@ -8,7 +8,7 @@ class ApiConfig(AppConfig):
     def ready(self) -> None:
         from webapp.api.services.grammar import warm_grammar
         from webapp.api.services.streaming import cut_streams
-        from webapp.core.engine import register_load_hook
+        from webapp.core.runtime import register_load_hook
         from webapp.core.stream_cuts import register_stream_cutter
 
         register_stream_cutter(cut_streams)

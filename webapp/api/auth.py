@@ -9,10 +9,10 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from webapp.accounts.models import ApiKey
-from webapp.accounts.selectors import Limits, api_key_get_active, api_key_limits, default_limits, user_limits
+from webapp.accounts.selectors import api_key_get_active, api_key_limits, default_limits, user_limits
 from webapp.accounts.services import api_key_touch
-from webapp.api.errors import APIError
-from webapp.api.services.limits import Bucket
+from webapp.core.errors import AuthenticationFailed
+from webapp.core.limits import Bucket, Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +34,8 @@ def _bearer(request: HttpRequest) -> str | None:
     return token.strip()
 
 
-def _unauthorized(message: str) -> APIError:
-    return APIError(401, message, type="authentication_error", code="invalid_api_key")
+def _unauthorized(message: str) -> AuthenticationFailed:
+    return AuthenticationFailed(message, code="invalid_api_key")
 
 
 def _resolve(token: str | None) -> Caller:

@@ -1,4 +1,5 @@
-"""API endpoints: parse, validate, delegate to services, render. Every error is raised as APIError."""
+"""API endpoints: parse, validate, delegate to services, render. Errors are raised as webapp.core.errors'
+hierarchy and rendered as OpenAI's JSON by the API's exception handler."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from django.http.response import HttpResponseBase
 from ninja import Router
 
 from webapp.api.auth import authenticate
-from webapp.api.errors import APIError
+from webapp.api.responses import generation_response
 from webapp.api.schemas.chat import ChatCompletionRequest, ChatCompletionResponse
 from webapp.api.schemas.common import ErrorResponse
-from webapp.api.schemas.completions import CompletionRequest, CompletionResponse
+from webapp.api.schemas.completions import CompletionRequest, CompletionResponse, prompt_count
 from webapp.api.schemas.models import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -24,8 +25,8 @@ from webapp.api.schemas.models import (
 from webapp.api.services.chat import ChatRenderer, prepare_chat
 from webapp.api.services.completions import CompletionRenderer, prepare_completion
 from webapp.api.services.models import model_card, model_cards
-from webapp.api.services.pipeline import run_generation
 from webapp.api.services.tokenize import detokenize, tokenize
+from webapp.core.errors import NotFound
 
 ERRORS: dict[int, type[ErrorResponse]] = {code: ErrorResponse for code in (400, 401, 404, 429, 500, 503)}
 # Routes with a JSON body may also answer 413 (too large) and 415 (not application/json): see urls.py.
@@ -41,11 +42,12 @@ router = Router()
     summary="Create a chat completion (SSE when stream is true)",
 )
 async def chat_completions(request: HttpRequest, payload: ChatCompletionRequest) -> HttpResponseBase:
-    return await run_generation(
+    return await generation_response(
         request,
         endpoint="chat.completions",
         model=payload.model,
         stream=payload.stream,
+        sequences=payload.n,
         prepare=lambda engine, defaults: prepare_chat(engine, payload, defaults=defaults),
         renderer=ChatRenderer(),
     )
@@ -58,11 +60,12 @@ async def chat_completions(request: HttpRequest, payload: ChatCompletionRequest)
     summary="Create a text completion (SSE when stream is true)",
 )
 async def completions(request: HttpRequest, payload: CompletionRequest) -> HttpResponseBase:
-    return await run_generation(
+    return await generation_response(
         request,
         endpoint="completions",
         model=payload.model,
         stream=payload.stream,
+        sequences=prompt_count(payload.prompt) * payload.n,
         prepare=lambda engine, defaults: prepare_completion(engine, payload, defaults=defaults),
         renderer=CompletionRenderer(),
     )
@@ -81,13 +84,7 @@ async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
     await authenticate(request)
     card = await asyncio.to_thread(model_card, model_id)
     if card is None:
-        raise APIError(
-            404,
-            f"The model {model_id!r} does not exist.",
-            type="not_found_error",
-            param="model",
-            code="model_not_found",
-        )
+        raise NotFound(f"The model {model_id!r} does not exist.", param="model", code="model_not_found")
     return card
 
 
@@ -98,8 +95,7 @@ async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
     summary="Tokenize a prompt or chat messages",
 )
 async def tokenize_view(request: HttpRequest, payload: TokenizeRequest) -> TokenizeResponse:
-    await authenticate(request)
-    return await tokenize(payload)
+    return await tokenize(await authenticate(request), payload)
 
 
 @router.post(
@@ -109,5 +105,4 @@ async def tokenize_view(request: HttpRequest, payload: TokenizeRequest) -> Token
     summary="Turn token ids back into text",
 )
 async def detokenize_view(request: HttpRequest, payload: DetokenizeRequest) -> DetokenizeResponse:
-    await authenticate(request)
-    return await detokenize(payload)
+    return await detokenize(await authenticate(request), payload)

@@ -9,10 +9,11 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from webapp.chat import events
-from webapp.chat.errors import ChatError
-from webapp.chat.generation import get_generation_service
+from webapp.chat.errors import notice_for
+from webapp.chat.generation import chat_replies
 from webapp.chat.guard import CLOSE_POLICY_VIOLATION, FrameError, FrameLimiter, UserCheck, decode_frame
 from webapp.chat.models import Conversation
+from webapp.core.errors import InvalidRequest, MooncakeError, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         # A tab that (re)opens mid-reply gets the reply so far from memory, then follows the group.
-        reply = get_generation_service().running(conversation_id)
+        reply = chat_replies().running(conversation_id)
         if reply is not None:
             await self.send_json(reply.upsert())
         await self.send_json(events.state(running=reply is not None))
@@ -83,19 +84,20 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             await self._dispatch(content)
-        except ChatError as exc:
-            await self.send_json(events.error(exc.code, exc.message))
+        except MooncakeError as exc:
+            notice = notice_for(exc, model=self.conversation.model)
+            await self.send_json(events.error(notice.code, notice.message))
         except Exception:  # Keep the socket open; the user can retry.
             logger.exception("Chat action failed")
             await self.send_json(events.error("server_error", "Something went wrong. Try again."))
 
     async def _dispatch(self, content: dict[str, Any]) -> None:
-        service = get_generation_service()
+        service = chat_replies()
         # Settings may have changed in another tab since connect; the chat may even be gone.
         try:
             await database_sync_to_async(self.conversation.refresh_from_db)()
         except Conversation.DoesNotExist as exc:
-            raise ChatError("not_found", "This chat was deleted.") from exc
+            raise NotFound("This chat was deleted.", code="not_found") from exc
         action = content.get("type")
         nonce = str(content.get("nonce") or "")[:64] or None
         if action == "send":
@@ -115,7 +117,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         elif action == "stop":
             await service.stop(self.conversation.pk)
         else:
-            raise ChatError("invalid", "Unknown action.")
+            raise InvalidRequest("Unknown action.", code="invalid")
 
     async def chat_event(self, event: dict[str, Any]) -> None:
         # A socket that only watches is re-checked too, as the events reach it (throttled).
@@ -140,4 +142,4 @@ def _int(value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError) as exc:
-        raise ChatError("invalid", "Bad message id.") from exc
+        raise InvalidRequest("Bad message id.", code="invalid") from exc

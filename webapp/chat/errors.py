@@ -1,63 +1,76 @@
-"""User-facing chat errors: one place that turns engine exceptions into a code and a sentence."""
+"""The chat's renderer of the error hierarchy: an inline notice (a code the UI knows, and a sentence).
+
+Services raise webapp.core.errors; the socket shows the notice in the composer's place, a reply that
+failed mid-way keeps it as its error text. Engine exceptions that reach here unmapped go through
+from_engine_error first, which logs their details under a reference and keeps them off the page.
+"""
 
 from __future__ import annotations
 
-import logging
+from dataclasses import dataclass
 
-from inference.api import (
-    EngineDeadError,
-    NoModelLoadedError,
-    PromptTooLongError,
-    QueueFullError,
-    RequestFailedError,
-    UnknownModelError,
+from webapp.core.errors import (
+    Conflict,
+    InvalidRequest,
+    MooncakeError,
+    NotFound,
+    RateLimited,
+    from_engine_error,
 )
-from webapp.core.request_id import error_reference
-
-logger = logging.getLogger(__name__)
 
 
-class ChatError(Exception):
-    """An error shown inline in the chat; the typed message stays in the composer."""
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """What the chat shows: `code` for the UI and tests, `message` for the user."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def too_long(num_tokens: int, limit: int) -> ChatError:
-    return ChatError(
-        "context_too_long",
-        f"This conversation is too long for the model ({num_tokens} tokens, the limit is {limit}). "
-        "Start a new chat or edit an earlier message.",
-    )
+    code: str
+    message: str
 
 
-def from_engine(exc: BaseException, *, model: str, loading: bool = False) -> ChatError:
-    """Map an engine exception to the sentence the user sees."""
-    if isinstance(exc, PromptTooLongError):
-        return ChatError("context_too_long", f"This conversation is too long for the model: {exc}")
-    if isinstance(exc, NoModelLoadedError) and loading:
-        return ChatError("model_loading", "The model is still loading. Try again in a moment.")
-    if isinstance(exc, NoModelLoadedError):
-        return ChatError("no_model", "No model is loaded. An administrator can load one in the console.")
-    if isinstance(exc, UnknownModelError):
-        return ChatError("unknown_model", f"The model “{model}” is not available. Pick another in Settings.")
-    if isinstance(exc, QueueFullError):
-        return ChatError("busy", "The server is busy. Try again in a moment.")
-    if isinstance(exc, EngineDeadError):
-        return ChatError(
-            "engine_dead", "The model stopped unexpectedly and is restarting. Try again shortly."
+TOO_LONG_ADVICE = "Start a new chat or edit an earlier message."
+
+
+def notice_for(exc: BaseException, *, model: str, loading: bool = False) -> Notice:
+    """The notice for an error met while sending to or replying in a chat whose model is `model`
+    ("" for the default); `loading`: the chat's model is still loading."""
+    error = from_engine_error(exc, loading=loading)
+    code = error.code
+    if code == "context_length_exceeded":
+        return Notice(
+            "context_too_long",
+            f"This conversation is too long for the model: {error.message} {TOO_LONG_ADVICE}",
         )
-    # Anything else can carry crash details (CUDA errors, paths): the user gets a reference to quote,
-    # the log gets the details under it.
-    reference = error_reference()
-    logger.error("chat reply failed (reference %s): %s: %s", reference, type(exc).__name__, exc)
-    if isinstance(exc, RequestFailedError):
-        return ChatError("engine_error", f"The model could not finish this reply (reference {reference}).")
-    return ChatError("engine_error", f"The model failed (reference {reference}).")
-
-
-RATE_LIMITED = ChatError("rate_limited", "You are sending messages too quickly. Wait a moment and try again.")
-BUSY_HERE = ChatError("busy", "A reply is still being written. Stop it first, or wait for it to finish.")
+    if code == "model_loading" or (code == "model_not_loaded" and loading):
+        return Notice("model_loading", "The model is still loading. Try again in a moment.")
+    if code == "model_not_loaded":
+        return Notice("no_model", "No model is loaded. An administrator can load one in the console.")
+    if code == "model_not_found":
+        return Notice(
+            "unknown_model", f"The model “{model or 'default'}” is not available. Pick another in Settings."
+        )
+    if code == "queue_full":
+        return Notice("busy", "The server is busy. Try again in a moment.")
+    if isinstance(error, Conflict):
+        return Notice("busy", error.message)
+    if isinstance(error, RateLimited):
+        if code == "requests_per_minute":
+            return Notice(
+                "rate_limited", "You are sending messages too quickly. Wait a moment and try again."
+            )
+        return Notice("rate_limited", error.message)
+    if code == "engine_dead":
+        return Notice(
+            "engine_dead",
+            "The model stopped unexpectedly and is restarting. Try again shortly"
+            + (f" (reference {error.reference})." if error.reference else "."),
+        )
+    if isinstance(error, InvalidRequest):
+        return Notice("invalid", error.message)
+    if isinstance(error, NotFound):
+        return Notice("not_found", error.message)
+    if code == "engine_error" or not isinstance(exc, MooncakeError):
+        # The engine's text can hold crash details (CUDA errors, paths): the page shows the reference
+        # only, the log has the details under it (from_engine_error logged them).
+        return Notice("engine_error", f"The model could not finish this reply (reference {error.reference}).")
+    # Another of the hierarchy's errors (a timeout, a refusal): its own sentence is meant for users.
+    return Notice(code or "server_error", error.message)

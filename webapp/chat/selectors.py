@@ -12,6 +12,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 
 from webapp.chat.models import Conversation, Message
+from webapp.core.runtime import get_runtime
 from webapp.core.selectors import model_defaults
 
 PAGE_SIZE = 30
@@ -110,20 +111,16 @@ def prompt_messages(*, conversation: Conversation, before_id: int | None = None)
 
 def available_models() -> list[ModelChoice]:
     """Models the manager knows about, for the model switcher; empty when the engine is unavailable."""
-    from webapp.core.engine import get_manager
-
     try:
-        infos = get_manager().list()
+        infos = get_runtime().manager().list()
     except Exception:  # The page must render even when the engine failed to start.
         return []
     return [ModelChoice(name=info.name, state=str(info.state)) for info in infos]
 
 
 def default_model_name() -> str:
-    from webapp.core.engine import get_manager
-
     try:
-        return get_manager().default_name or ""
+        return get_runtime().manager().default_name or ""
     except Exception:
         return ""
 

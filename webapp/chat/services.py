@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from webapp.chat.models import Conversation, Message
 from webapp.chat.selectors import chat_defaults, draft_conversation
+from webapp.core.errors import InvalidRequest
 from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 MAX_MESSAGE_CHARS = 32_000
@@ -17,9 +18,9 @@ MAX_TITLE_CHARS = 200
 def _clean_content(content: str) -> str:
     content = content.strip()
     if not content:
-        raise ValueError("Message is empty.")
+        raise InvalidRequest("Message is empty.", code="invalid")
     if len(content) > MAX_MESSAGE_CHARS:
-        raise ValueError(f"Message is longer than {MAX_MESSAGE_CHARS} characters.")
+        raise InvalidRequest(f"Message is longer than {MAX_MESSAGE_CHARS} characters.", code="invalid")
     return content
 
 
@@ -50,7 +51,7 @@ def conversation_new(*, user: User) -> Conversation:
 def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
     title = " ".join(title.split())[:MAX_TITLE_CHARS]
     if not title:
-        raise ValueError("Title is empty.")
+        raise InvalidRequest("Title is empty.", code="invalid")
     conversation.title = title
     conversation.title_is_custom = True
     conversation.save(update_fields=["title", "title_is_custom", "updated_at"])
@@ -117,7 +118,7 @@ def user_message_edit(
     content = _clean_content(content)
     message = conversation.messages.filter(pk=message_id, role=Message.Role.USER).first()
     if message is None:
-        raise ValueError("That message cannot be edited.")
+        raise InvalidRequest("That message cannot be edited.", code="invalid")
     later = conversation.messages.filter(id__gt=message.pk)
     removed = list(later.values_list("id", flat=True))
     later.delete()
@@ -132,11 +133,11 @@ def last_reply_remove(*, conversation: Conversation) -> list[int]:
     """Drop the final assistant reply before regenerating it; returns the removed ids."""
     last = conversation.messages.order_by("-id").first()
     if last is None:
-        raise ValueError("There is nothing to regenerate.")
+        raise InvalidRequest("There is nothing to regenerate.", code="invalid")
     if last.role == Message.Role.USER:
         return []
     if not conversation.messages.filter(role=Message.Role.USER).exists():
-        raise ValueError("There is nothing to regenerate.")
+        raise InvalidRequest("There is nothing to regenerate.", code="invalid")
     removed = last.pk  # delete() clears pk
     last.delete()
     return [removed]
@@ -162,4 +163,3 @@ def assistant_message_save(*, message: Message) -> bool:
 
 def messages_delete(*, conversation: Conversation, message_ids: list[int]) -> None:
     conversation.messages.filter(pk__in=message_ids).delete()
-

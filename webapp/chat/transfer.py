@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from webapp.chat.models import Conversation, Message
 from webapp.chat.services import MAX_MESSAGE_CHARS
+from webapp.core.errors import InvalidRequest
 from webapp.core.sampling import ChatReplyTokens, Temperature, TopP
 
 FORMAT: Literal["mooncake.chat"] = "mooncake.chat"
@@ -82,25 +83,29 @@ def export_markdown(*, conversation: Conversation) -> str:
 
 
 def check_import_size(size: int | None) -> None:
-    """ValueError for an upload over MAX_IMPORT_BYTES, judged by its size before anything reads it."""
+    """InvalidRequest for an upload over MAX_IMPORT_BYTES, judged by its size before anything reads it."""
     if size is not None and size > MAX_IMPORT_BYTES:
-        raise ValueError(f"The file is too large to import (at most {filesizeformat(MAX_IMPORT_BYTES)}).")
+        raise InvalidRequest(
+            f"The file is too large to import (at most {filesizeformat(MAX_IMPORT_BYTES)}).", code="invalid"
+        )
 
 
 @transaction.atomic
 def import_chat(*, user: User, raw: bytes) -> Conversation:
-    """Create a chat from exported JSON; ValueError with a readable reason when the file is not one."""
+    """Create a chat from exported JSON; InvalidRequest with a readable reason when the file is not one."""
     check_import_size(len(raw))
     try:
         chat = ExportedChat.model_validate(json.loads(raw.decode("utf-8")))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError("The file is not valid JSON.") from exc
+        raise InvalidRequest("The file is not valid JSON.", code="invalid") from exc
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"Not a Mooncake chat export ({where}: {first['msg']}).") from exc
+        raise InvalidRequest(
+            f"Not a Mooncake chat export ({where}: {first['msg']}).", code="invalid"
+        ) from exc
     if not chat.messages:
-        raise ValueError("The export has no messages.")
+        raise InvalidRequest("The export has no messages.", code="invalid")
     conversation = Conversation.objects.create(
         user=user,
         title=chat.title.strip() or "Imported chat",

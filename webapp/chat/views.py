@@ -18,8 +18,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from webapp.chat import selectors, services, transfer
 from webapp.chat.forms import ImportForm, RenameForm, SettingsForm
-from webapp.chat.generation import get_generation_service
+from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation
+from webapp.core.errors import InvalidRequest
 
 
 def _user(request: HttpRequest) -> User:
@@ -76,7 +77,7 @@ def new(request: HttpRequest) -> HttpResponse:
 @require_GET
 def detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
-    reply = get_generation_service().running(conversation.pk)
+    reply = chat_replies().running(conversation.pk)
     query = request.GET.get("q", "")
     messages_list = selectors.conversation_messages(
         conversation=conversation, running_message_id=reply.message.pk if reply else None
@@ -108,7 +109,10 @@ def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
     form = RenameForm(request.POST)
     if not form.is_valid():
         return HttpResponseBadRequest("Title is required.")
-    services.conversation_rename(conversation=conversation, title=form.cleaned_data["title"])
+    try:
+        services.conversation_rename(conversation=conversation, title=form.cleaned_data["title"])
+    except InvalidRequest as exc:
+        return HttpResponseBadRequest(exc.message)
     return render(request, "chat/_title.html", {"conversation": conversation, "oob_item": True})
 
 
@@ -176,7 +180,7 @@ def import_json(request: HttpRequest) -> HttpResponse:
         # At most one byte over the limit, should the declared size be wrong; import_chat refuses that.
         raw = upload.read(transfer.MAX_IMPORT_BYTES + 1)
         conversation = transfer.import_chat(user=_user(request), raw=raw)
-    except ValueError as exc:
-        messages.error(request, str(exc))
+    except InvalidRequest as exc:
+        messages.error(request, exc.message)
         return redirect("chat:index")
     return redirect("chat:detail", conversation_id=conversation.pk)

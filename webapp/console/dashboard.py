@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 
 from webapp.api.models import RequestLog
-from webapp.core.engine import peek_manager
+from webapp.core.runtime import get_runtime
 
 HISTORY = 300  # samples kept (5 minutes at one a second)
 MIN_INTERVAL = 0.9  # seconds; pollers faster than this share the latest sample
@@ -92,7 +92,7 @@ class Sampler:
         totals, running, waiting, kv = Totals(), 0, 0, 0.0
         ttft: list[float] = []
         itl: list[float] = []
-        manager = peek_manager()
+        manager = get_runtime().peek_manager()
         for info in manager.list() if manager is not None else []:
             if info.state != "loaded":
                 continue
@@ -141,6 +141,3 @@ class Sampler:
         )
         self._totals, self._last_at = totals, now
         return sample
-
-
-sampler = Sampler()

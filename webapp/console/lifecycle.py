@@ -4,26 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from webapp.console.jobs import ProcessJob, process_jobs
 from webapp.console.registry import engine_config_for, manager_options, manager_register, sync_manager
 from webapp.core.engine_settings import drain_timeout, engine_settings_get
+from webapp.core.errors import Conflict, NotFound
+from webapp.core.jobs import ProcessJob
 from webapp.core.models import EngineSettings, ModelRegistration
-
-
-class ModelActionError(RuntimeError):
-    """The model is unknown, or busy with another load, unload or restart."""
+from webapp.core.runtime import get_runtime
 
 
 def _start(kind: str, name: str, work: Any) -> ProcessJob:
-    if process_jobs.active_for(name) is not None:
-        raise ModelActionError(f"{name} is busy with another job; wait for it to finish.")
-    return process_jobs.start(kind, name, work)
+    if get_runtime().jobs.active_for(name) is not None:
+        raise Conflict(f"{name} is busy with another job; wait for it to finish.", code="model_busy")
+    return get_runtime().jobs.start(kind, name, work)
 
 
 def _require(name: str) -> Any:
     manager = sync_manager()
     if name not in {info.name for info in manager.list()}:
-        raise ModelActionError(f"{name} is not a registered model.")
+        raise NotFound(f"{name} is not a registered model.", code="model_not_found")
     return manager
 
 

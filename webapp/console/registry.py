@@ -9,9 +9,11 @@ from django.conf import settings
 from django.db import transaction
 
 from inference.api import DTYPES, QUANTIZATIONS, EngineConfig, ModelManagerClient
-from webapp.core.engine import engine_config_dict, get_manager
+from webapp.core.engine import engine_config_dict
 from webapp.core.engine_settings import engine_settings_get, memory_budget, resolve_registered_engine
+from webapp.core.errors import Conflict
 from webapp.core.models import EngineSettings, ModelRegistration
+from webapp.core.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ def sync_manager() -> ModelManagerClient:
     A write, so never on a GET: the server runs it once at start (console.startup) and every model action
     runs it first (cheap when nothing changed), which takes up rows other processes saved meanwhile.
     """
-    manager = get_manager()
+    manager = get_runtime().manager()
     tuning = engine_settings_get()
     manager.memory_budget_bytes = memory_budget(tuning)
     manager.evict_lru = tuning.evict_lru
@@ -99,7 +101,7 @@ def registration_create(
     taken = {n for info in manager.list() for n in (info.name, *info.aliases)}
     clash = sorted(taken.intersection([name, *aliases]))
     if clash:
-        raise ValueError(f"name or alias already in use: {', '.join(clash)}")
+        raise Conflict(f"name or alias already in use: {', '.join(clash)}", code="name_taken")
     with transaction.atomic():
         row = ModelRegistration.objects.create(
             name=name, source=source, aliases=aliases, keep_alive_seconds=keep_alive_seconds
@@ -109,7 +111,7 @@ def registration_create(
 
 
 def registration_delete(*, registration: ModelRegistration) -> None:
-    manager = get_manager()
+    manager = get_runtime().manager()
     if registration.name in {info.name for info in manager.list()}:
         manager.unregister(registration.name)
     registration.delete()

@@ -10,10 +10,10 @@ from django.db.models import Count, Q, QuerySet
 
 from inference.api import ModelInfo
 from webapp.api.models import RequestLog
-from webapp.console.jobs import ProcessJob, process_jobs
 from webapp.console.models import AuditLog, ConsoleJob
-from webapp.core.engine import get_manager
+from webapp.core.jobs import ProcessJob
 from webapp.core.models import ModelRegistration
+from webapp.core.runtime import get_runtime
 
 PAGE_SIZE = 100
 
@@ -33,7 +33,7 @@ class ModelRow:
 def model_rows() -> list[ModelRow]:
     """The manager's models, then saved ones it has not taken up yet (a worker's import, another
     replica's registration): those join it at the next model action (registry.sync_manager), not here."""
-    manager = get_manager()
+    manager = get_runtime().manager()
     registrations = {row.name: row for row in ModelRegistration.objects.all()}
     infos = list(manager.list())
     known = {info.name for info in infos}
@@ -46,7 +46,7 @@ def model_rows() -> list[ModelRow]:
         ModelRow(
             info=info,
             registration=registrations.get(info.name),
-            job=process_jobs.active_for(info.name),
+            job=get_runtime().jobs.active_for(info.name),
             is_default=info.name == manager.default_name,
         )
         for info in infos
@@ -107,6 +107,6 @@ def console_jobs() -> QuerySet[ConsoleJob]:
 
 def any_job_active() -> bool:
     return (
-        any(j.is_active for j in process_jobs.list())
+        any(j.is_active for j in get_runtime().jobs.list())
         or ConsoleJob.objects.filter(state__in=[ConsoleJob.State.PENDING, ConsoleJob.State.RUNNING]).exists()
     )

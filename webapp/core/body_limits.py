@@ -22,6 +22,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 
+from webapp.core.errors import PayloadTooLarge
 from webapp.core.middleware import API_PREFIXES
 
 # Above the largest upload the site takes (a 5 MiB chat export, webapp.chat.transfer) plus form overhead.
@@ -50,10 +51,10 @@ def declared_length(request: HttpRequest) -> int | None:
 
 def request_too_large(limit: int) -> HttpResponse:
     """The API's 413, in OpenAI's error shape (built here: the API imports core, never the reverse)."""
-    message = f"The request body is larger than this server accepts ({limit} bytes)."
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
-                      "code": "request_too_large"}}  # fmt: skip
-    return JsonResponse(body, status=413)
+    error = PayloadTooLarge(
+        f"The request body is larger than this server accepts ({limit} bytes).", code="request_too_large"
+    )
+    return JsonResponse(error.body(), status=error.status)
 
 
 def too_large(request: HttpRequest) -> HttpResponseBase | None:

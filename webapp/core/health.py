@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.api import EngineError, ModelInfo
-from webapp.core.engine import peek_manager
 from webapp.core.request_id import error_reference
+from webapp.core.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def _hidden(what: str, detail: object) -> str:
 
 
 def default_engine_readiness() -> Readiness:
-    manager = peek_manager()
+    manager = get_runtime().peek_manager()
     if manager is None:
         return Readiness(False, "no_engine", "The engine has not been started yet.")
     infos = manager.list()

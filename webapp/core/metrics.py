@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
-from webapp.core.engine import peek_manager
+from webapp.core.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ _HISTOGRAMS = {
 
 
 def _loaded_engines() -> Iterator[tuple[str, Any]]:
-    manager = peek_manager()
+    manager = get_runtime().peek_manager()
     if manager is None:
         return
     for info in manager.list():
@@ -113,7 +113,7 @@ def _model_states() -> Iterator[Metric]:
     restarts = CounterMetricFamily(
         f"{PREFIX}engine_restarts", "Automatic engine restarts after a crash.", labels=_LABELS
     )
-    manager = peek_manager()
+    manager = get_runtime().peek_manager()
     for info in manager.list() if manager is not None else []:
         state.add_metric([info.name, str(info.state)], 1)
         restarts.add_metric([info.name], int(info.restarts))

@@ -8,6 +8,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+from webapp.core.runtime import get_runtime
 from webapp.core.selectors import ausers_exist, users_exist
 
 # The OpenAI-compatible API's paths (served by webapp.core.api_asgi's lean handler).
@@ -15,17 +16,10 @@ API_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
 # Machine endpoints and assets never redirect: probes, scrapers and API clients expect their own answers.
 EXEMPT_PREFIXES = ("/setup/", "/static/", "/health", "/version", "/metrics", *API_PREFIXES)
 
-_setup_done = False
-
-
-def reset_first_run_cache() -> None:
-    """Forget that setup happened (tests delete every account between cases)."""
-    global _setup_done
-    _setup_done = False
-
 
 def _needs_check(request: HttpRequest) -> bool:
-    return not _setup_done and not request.path.startswith(EXEMPT_PREFIXES)
+    # Once an account exists it always will: the runtime remembers, and the database is asked no more.
+    return not get_runtime().setup_done and not request.path.startswith(EXEMPT_PREFIXES)
 
 
 def _redirect() -> HttpResponse:
@@ -38,21 +32,19 @@ def first_run_setup_middleware(
     if iscoroutinefunction(get_response):
 
         async def amiddleware(request: HttpRequest) -> HttpResponse:
-            global _setup_done
             if _needs_check(request):
                 if not await ausers_exist():
                     return _redirect()
-                _setup_done = True
+                get_runtime().setup_done = True
             return await get_response(request)
 
         return markcoroutinefunction(amiddleware)
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        global _setup_done
         if _needs_check(request):
             if not users_exist():
                 return _redirect()
-            _setup_done = True
+            get_runtime().setup_done = True
         return get_response(request)  # type: ignore[return-value]
 
     return middleware

@@ -221,18 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
 
     from webapp.asgi import application
-    from webapp.core.engine import engines_busy, shutdown_engines
+    from webapp.core.runtime import get_runtime
     from webapp.core.stream_cuts import cut_all_streams
 
+    runtime = get_runtime()
     server = GracefulServer(
         application=application,
         endpoints=build_endpoint_description_strings(host=args.host, port=args.port),
         application_close_timeout=args.application_close_timeout,
         action_logger=AccessLogGenerator(sys.stdout) if args.access_log else None,
         drain_timeout=read_drain_timeout,
-        busy=engines_busy,
+        busy=runtime.busy,
         cut_streams=cut_all_streams,
-        abort_engines=shutdown_engines,
+        abort_engines=runtime.stop,
     )
     signal.signal(signal.SIGTERM, server.on_signal)
     signal.signal(signal.SIGINT, server.on_signal)
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     # and the engine threads are joined while the interpreter is whole.
     if server.aborter is not None:
         server.aborter.join()
-    loading = shutdown_engines(drain_timeout=0.0, load_wait=LOAD_WAIT_SECONDS)
+    loading = runtime.stop(drain_timeout=0.0, load_wait=LOAD_WAIT_SECONDS)
     finish_loop_tasks(reactor._asyncioEventloop)
     stuck = loading + [t.name for t in threading.enumerate() if t.name.startswith("mooncake-engine-")]
     if stuck:

@@ -11,8 +11,7 @@ from django.test import AsyncClient
 
 from tests.webapp.api.live import api_key, api_server, oai
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
-from webapp.api.services.limits import limiter
-from webapp.core.engine import peek_manager, set_manager
+from webapp.core.runtime import get_runtime
 
 __all__ = ["api_key", "api_server", "oai"]  # session fixtures for the live suites
 
@@ -24,13 +23,10 @@ def engine() -> FakeEngine:
 
 @pytest.fixture
 def manager(engine: FakeEngine) -> Iterator[FakeModelManager]:
-    previous = peek_manager()
     manager = FakeModelManager.with_engine(engine, aliases=["default"])
-    set_manager(manager)
-    limiter.reset()
+    get_runtime().install_manager(manager)
     yield manager
-    set_manager(previous)
-    limiter.reset()
+    get_runtime().install_manager(None)
 
 
 @pytest.fixture

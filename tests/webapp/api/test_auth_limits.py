@@ -169,7 +169,7 @@ async def test_no_key_resolves_without_a_thread_hop(settings: Any, monkeypatch: 
     from django.test import RequestFactory
 
     from webapp.api import auth
-    from webapp.api.errors import APIError
+    from webapp.core.errors import AuthenticationFailed
 
     def no_hop(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("sync_to_async used without a key")
@@ -180,6 +180,55 @@ async def test_no_key_resolves_without_a_thread_hop(settings: Any, monkeypatch: 
     caller = await auth.authenticate(request)
     assert caller.api_key is None and caller.user_id is None and caller.limit_checks[0][0] == "anonymous"
     settings.MOONCAKE_API_AUTH = "required"
-    with pytest.raises(APIError) as excinfo:
+    with pytest.raises(AuthenticationFailed) as excinfo:
         await auth.authenticate(request)
     assert excinfo.value.status == 401
+
+
+async def test_a_refused_request_costs_no_template_work(
+    auth_required: None, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = await new_key(requests_per_minute=1)
+    templated: list[Any] = []
+    render = engine.apply_chat_template
+
+    def counting(messages: Any, **kwargs: Any) -> list[int]:
+        templated.append(messages)
+        return render(messages, **kwargs)
+
+    monkeypatch.setattr(engine, "apply_chat_template", counting)
+    client = AsyncClient()
+    body = {"messages": USER, "max_tokens": 2}
+    assert (await post_json(client, "/v1/chat/completions", body, **bearer(created))).status_code == 200
+    assert len(templated) == 1
+    response = await post_json(client, "/v1/chat/completions", body, **bearer(created))
+    assert assert_openai_error(response, 429, "rate_limit_error")["code"] == "requests_per_minute"
+    assert len(templated) == 1  # limits are checked before the template, the tokenizer or a grammar
+
+
+async def test_tokenizer_calls_count_as_requests(auth_required: None, engine: FakeEngine) -> None:
+    created = await new_key(requests_per_minute=2)
+    client = AsyncClient()
+    assert (await post_json(client, "/tokenize", {"prompt": "a b"}, **bearer(created))).status_code == 200
+    assert (await post_json(client, "/detokenize", {"tokens": [1]}, **bearer(created))).status_code == 200
+    response = await post_json(client, "/tokenize", {"prompt": "a b"}, **bearer(created))
+    assert assert_openai_error(response, 429, "rate_limit_error")["code"] == "requests_per_minute"
+
+
+async def test_every_sequence_counts_against_concurrency(auth_required: None, engine: FakeEngine) -> None:
+    created = await new_key(max_concurrent_requests=2)
+    client = AsyncClient()
+    ok = await post_json(
+        client, "/v1/completions", {"prompt": ["a", "b"], "max_tokens": 2}, **bearer(created)
+    )
+    assert ok.status_code == 200 and len(ok.json()["choices"]) == 2
+    # n=3 can never fit under a cap of 2: a 400 that says so, not a 429 to retry forever.
+    response = await post_json(
+        client, "/v1/chat/completions", {"messages": USER, "n": 3, "max_tokens": 2}, **bearer(created)
+    )
+    error = assert_openai_error(response, 400, "invalid_request_error")
+    assert error["param"] == "n" and error["code"] == "concurrent_requests"
+    response = await post_json(
+        client, "/v1/completions", {"prompt": ["a", "b"], "n": 2, "max_tokens": 2}, **bearer(created)
+    )
+    assert assert_openai_error(response, 400, "invalid_request_error")["param"] == "n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,16 +12,10 @@ from django.core.handlers.asgi import ASGIHandler
 
 from tests.webapp.api.test_validation import USER
 from tests.webapp.fake_engine import FakeEngine
-from webapp.api.services.streaming import DONE, accept_streams, cut_streams, sse_frames
+from webapp.api.services.streaming import DONE, cut_streams, sse_frames
 from webapp.core.stream_cuts import cut_all_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _accepting() -> Iterator[None]:
-    yield
-    accept_streams()
 
 
 def _cut_error(frame: bytes) -> dict[str, Any]:

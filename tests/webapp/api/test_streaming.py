@@ -18,9 +18,12 @@ from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine
 from webapp.api.auth import Caller
 from webapp.api.models import RequestLog
-from webapp.api.services.generation import Generation
-from webapp.api.services.pipeline import RequestRun, _stream_response
+from webapp.api.responses import _stream_response
+from webapp.api.services.pipeline import ApiRun
 from webapp.api.services.usage import RequestRecord
+from webapp.core.generation import GenerationRun
+from webapp.core.limits import RateLimiter
+from webapp.core.streams import Generation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -150,13 +153,15 @@ async def test_streamed_text_equals_non_streamed(client: AsyncClient) -> None:
 
 
 async def test_stream_never_started_is_aborted_when_dropped(engine: FakeEngine, db: None) -> None:
-    run = RequestRun(
-        Caller(api_key=None, user_id=None, limit_checks=[]), RequestRecord(endpoint="t", stream=True)
+    limiter = RateLimiter()
+    inner: GenerationRun[Any] = GenerationRun(limiter, limiter.admit([]), "t")
+    run = ApiRun(
+        inner, Caller(api_key=None, user_id=None, limit_checks=[]), RequestRecord(endpoint="t", stream=True)
     )
     deadline = asyncio.get_running_loop().time() + 10
     generation = Generation(engine, [1, 2], SamplingParams(max_tokens=5), request_id="r1", deadline=deadline)
     await generation.start()
-    run.generations = [generation]
+    inner.generations = [generation]
 
     async def no_events() -> AsyncIterator[dict[str, Any]]:
         if False:

@@ -23,8 +23,12 @@ class FakeEngine:
     aborted: list[str] = field(default_factory=list)
     prompts: list[str] = field(default_factory=list)
     params: list[Any] = field(default_factory=list)
+    template_calls: int = 0
+    # Prompts are code points: every one of them is in the vocabulary.
+    tokenizer: range = range(0x110000)
 
     def apply_chat_template(self, messages: list[dict[str, Any]], **_: Any) -> list[int]:
+        self.template_calls += 1
         text = "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
         return [ord(c) for c in text]
 
@@ -40,19 +44,25 @@ class FakeEngine:
         pieces = [w + " " for w in script.split(" ")]
         pieces[-1] = pieces[-1].rstrip()
         limit = params.max_tokens or len(pieces)
-        out, ids = "", []
-        for i, piece in enumerate(pieces[:limit]):
-            if self.fail_after is not None and i == self.fail_after and not is_title:
-                raise self.fail_with or RuntimeError("boom")
-            await asyncio.sleep(self.delay)
-            out += piece
-            ids.append(i)
-            last = i == min(limit, len(pieces)) - 1
-            reason = ("stop" if len(pieces) <= limit else "length") if last else None
-            completion = SimpleNamespace(
-                text=out, token_ids=list(ids), delta_text=piece, finish_reason=reason
-            )
-            yield SimpleNamespace(prompt_token_ids=list(prompt), outputs=[completion], finished=last)
+        out, ids, done = "", [], False
+        try:
+            for i, piece in enumerate(pieces[:limit]):
+                if self.fail_after is not None and i == self.fail_after and not is_title:
+                    raise self.fail_with or RuntimeError("boom")
+                await asyncio.sleep(self.delay)
+                out += piece
+                ids.append(i)
+                last = done = i == min(limit, len(pieces)) - 1
+                reason = ("stop" if len(pieces) <= limit else "length") if last else None
+                completion = SimpleNamespace(
+                    text=out, token_ids=list(ids), delta_text=piece, finish_reason=reason
+                )
+                yield SimpleNamespace(prompt_token_ids=list(prompt), outputs=[completion], finished=last)
+        except (GeneratorExit, asyncio.CancelledError):
+            # The engine's contract: closing (or cancelling) an unfinished request's iterator aborts it.
+            if not done:
+                self.aborted.append(str(kwargs.get("request_id", "")))
+            raise
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)

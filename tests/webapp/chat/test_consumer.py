@@ -13,7 +13,7 @@ from inference import PromptTooLongError, QueueFullError
 from tests.webapp.chat.fakes import FakeEngine, FakeManager
 from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
 from webapp.chat import services
-from webapp.chat.generation import get_generation_service
+from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,7 +56,7 @@ async def test_send_streams_saves_and_titles(
     final = [e for e in events if e["type"] == "upsert"][-1]
     assert "<strong>bold</strong>" in final["html"]
     assert "&lt;script&gt;" in final["html"] and "<script>" not in final["html"]
-    await get_generation_service().wait_idle()
+    await chat_replies().wait_idle()
     title = await ws.receive_json_from()
     assert title == {"type": "title", "title": "Fake Chat Title"}
     messages = [m async for m in Message.objects.filter(conversation=chat).order_by("id")]
@@ -101,7 +101,7 @@ async def test_stop_aborts_on_the_server(fake_engine: FakeEngine, alice: User, c
     assert reply is not None and reply.status == "stopped" and reply.finish_reason == "abort"
     assert 0 < (reply.completion_tokens or 0) < 200
     assert fake_engine.aborted
-    assert get_generation_service().running(chat.pk) is None
+    assert chat_replies().running(chat.pk) is None
     await ws.disconnect()
 
 
@@ -124,7 +124,7 @@ async def test_reply_survives_socket_close_and_resumes(
     assert await second.receive_json_from() == {"type": "state", "running": True}
     events = await receive_until(second, is_idle)
     assert "w59" in [e for e in events if e["type"] == "upsert"][-1]["html"]
-    await get_generation_service().wait_idle()
+    await chat_replies().wait_idle()
     done = await Message.objects.filter(role="assistant").afirst()
     assert done is not None and done.status == "complete" and not fake_engine.aborted
     await second.disconnect()
@@ -157,7 +157,7 @@ async def test_regenerate_replaces_last_reply(
     replies = [m async for m in Message.objects.filter(role="assistant")]
     assert len(replies) == 1 and replies[0].content == "A different answer"
     assert len(fake_engine.prompts) == 2 and fake_engine.prompts[0] == fake_engine.prompts[1]
-    await get_generation_service().wait_idle()
+    await chat_replies().wait_idle()
     await ws.disconnect()
 
 
@@ -174,7 +174,7 @@ async def test_edit_truncates_and_resends(fake_engine: FakeEngine, alice: User, 
     rows = [(m.role, m.content) async for m in Message.objects.order_by("id")]
     assert rows == [("user", "first, edited"), ("assistant", fake_engine.reply)]
     assert "second" not in fake_engine.prompts[-1]
-    await get_generation_service().wait_idle()
+    await chat_replies().wait_idle()
     await ws.disconnect()
 
 
@@ -240,12 +240,12 @@ async def test_busy_and_rate_limited(fake_engine: FakeEngine, alice: User, chat:
     events = await receive_until(ws, lambda e: e["type"] == "error")
     assert events[-1]["code"] == "busy"
     await receive_until(ws, is_idle)
-    get_generation_service().rate_limit_per_minute = 1
+    chat_replies().rate_limit_per_minute = 1
     await ws.send_json_to({"type": "send", "content": "three"})
     events = await receive_until(ws, lambda e: e["type"] == "error")
     assert events[-1]["code"] == "rate_limited"
     assert await Message.objects.filter(role="user").acount() == 1
-    await get_generation_service().wait_idle()
+    await chat_replies().wait_idle()
     await ws.disconnect()
 
 
@@ -314,7 +314,7 @@ async def test_deleting_a_chat_mid_reply_stops_it(
     await sync_to_async(services.conversation_delete)(conversation=chat)
     await receive_until(ws, is_idle, timeout=3.0)
     assert fake_engine.aborted
-    assert get_generation_service().running(chat.pk) is None
+    assert chat_replies().running(chat.pk) is None
     assert await Message.objects.acount() == 0
     await ws.send_json_to({"type": "send", "content": "still there?"})
     assert (await ws.receive_json_from())["code"] == "not_found"

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from tests.webapp.chat.fakes import FakeEngine
 from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
 from webapp.chat import events, services
-from webapp.chat.generation import get_generation_service
+from webapp.chat.generation import chat_replies
 from webapp.chat.markdown import render_markdown
 from webapp.chat.markdown_stream import IncrementalMarkdown
 from webapp.chat.models import Message
@@ -189,6 +189,6 @@ async def test_streaming_updates_use_the_incremental_renderer(
     assert is_idle(await ws.receive_json_from())
     await ws.send_json_to({"type": "send", "content": "Go"})
     await receive_until(ws, is_idle)
-    await get_generation_service().wait_idle()
+    await chat_replies().wait_idle()
     assert calls and all(text.startswith("word") for text in calls)
     await ws.disconnect()

@@ -13,9 +13,9 @@ from django.db.backends.utils import CursorWrapper
 from tests.webapp.chat.fakes import FakeEngine
 from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
 from webapp.chat import events, guard, services
-from webapp.chat.errors import ChatError
-from webapp.chat.generation import get_generation_service
+from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation
+from webapp.core.errors import InvalidRequest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,7 +102,7 @@ async def test_malformed_frames_are_errors_and_the_socket_stays_open(
     await ws.send_json_to({"type": "send", "content": "still here"})
     seen = await receive_until(ws, is_idle)
     assert any(e["type"] == "upsert" and "still here" in e["html"] for e in seen)
-    await get_generation_service().wait_idle()
+    await chat_replies().wait_idle()
     await ws.disconnect()
 
 
@@ -154,9 +154,9 @@ async def test_huge_message_is_refused_before_any_tokenizer_work(
         return [1]
 
     monkeypatch.setattr(fake_engine, "apply_chat_template", template)
-    service = get_generation_service()
+    service = chat_replies()
     huge = "x" * (1 << 20)
-    with pytest.raises(ChatError) as caught:
+    with pytest.raises(InvalidRequest) as caught:
         if action == "send":
             await service.send(conversation=chat, content=huge)
         else:

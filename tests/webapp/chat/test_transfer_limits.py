@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from webapp.chat import transfer
 from webapp.chat.models import Conversation
+from webapp.core.errors import InvalidRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +31,7 @@ def alice(client: Client) -> User:
 def test_check_import_size() -> None:
     transfer.check_import_size(None)
     transfer.check_import_size(transfer.MAX_IMPORT_BYTES)
-    with pytest.raises(ValueError, match="too large"):
+    with pytest.raises(InvalidRequest, match="too large"):
         transfer.check_import_size(transfer.MAX_IMPORT_BYTES + 1)
 
 
@@ -55,5 +56,5 @@ def test_oversized_import_is_refused_unread(
 
 def test_import_chat_refuses_more_than_the_limit(alice: User) -> None:
     # import_chat still refuses more than MAX_IMPORT_BYTES, whatever size the upload claimed.
-    with pytest.raises(ValueError, match="too large"):
+    with pytest.raises(InvalidRequest, match="too large"):
         transfer.import_chat(user=alice, raw=b" " * (transfer.MAX_IMPORT_BYTES + 1))

@@ -9,6 +9,7 @@ from django.test import override_settings
 from webapp.chat import selectors, services
 from webapp.chat.markdown import render_markdown
 from webapp.chat.titles import clean_title
+from webapp.core.errors import InvalidRequest
 
 
 @pytest.mark.parametrize(
@@ -87,16 +88,16 @@ def test_generated_title_never_overwrites_a_rename() -> None:
 def test_message_rules() -> None:
     user = User.objects.create_user("u")
     chat = services.conversation_create(user=user)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(InvalidRequest, match="empty"):
         services.user_message_create(conversation=chat, content="  ")
-    with pytest.raises(ValueError, match="longer"):
+    with pytest.raises(InvalidRequest, match="longer"):
         services.user_message_create(conversation=chat, content="x" * 40_000)
-    with pytest.raises(ValueError, match="nothing to regenerate"):
+    with pytest.raises(InvalidRequest, match="nothing to regenerate"):
         services.last_reply_remove(conversation=chat)
     first = services.user_message_create(conversation=chat, content="hello there friend")
     chat.refresh_from_db()
     assert chat.title == "hello there friend"
-    with pytest.raises(ValueError, match="cannot be edited"):
+    with pytest.raises(InvalidRequest, match="cannot be edited"):
         services.user_message_edit(conversation=chat, message_id=first.pk + 100, content="x")
     with pytest.raises(ValueError):
         services.conversation_update_settings(

@@ -12,8 +12,7 @@ from django.test import Client
 
 from inference import EngineConfig, ModelManager
 from tests.webapp.fake_engine import FakeEngine
-from webapp.console.jobs import process_jobs
-from webapp.core.engine import peek_manager, set_manager
+from webapp.core.runtime import get_runtime
 
 MIB = 2**20
 
@@ -61,13 +60,13 @@ def manager(engines: list[SizedFakeEngine]) -> Iterator[ModelManager]:
         engines.append(engine)
         return engine
 
-    previous = peek_manager()
+    previous = get_runtime().peek_manager()
     manager = ModelManager(engine_factory=factory)
     manager.register("base", EngineConfig(model="default"), aliases=["default"])
-    set_manager(manager)
+    get_runtime().install_manager(manager)
     yield manager
-    process_jobs.wait_all()
-    set_manager(previous)
+    get_runtime().jobs.wait_all()
+    get_runtime().install_manager(previous)
 
 
 @pytest.fixture

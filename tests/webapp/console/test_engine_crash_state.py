@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from inference import AsyncEngine, EngineConfig, EngineDeadError, ModelManager, SamplingParams
 from tests.inference.fakes import fake_engine
-from webapp.core.engine import peek_manager, set_manager
+from webapp.core.runtime import get_runtime
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 
@@ -34,15 +34,15 @@ def real_manager(gate: threading.Event) -> Iterator[ModelManager]:
         gate.wait(10)  # lets a test hold a restart in its "restarting"/"loading" phase
         return AsyncEngine(fake_engine(max_model_len=200))
 
-    previous = peek_manager()
+    previous = get_runtime().peek_manager()
     manager = ModelManager(engine_factory=factory, restart_backoff_s=0.2)
     manager.register("base", EngineConfig(model="fake"))
     manager.load("base")
-    set_manager(manager)
+    get_runtime().install_manager(manager)
     yield manager
     gate.set()
     manager.unload("base")
-    set_manager(previous)
+    get_runtime().install_manager(previous)
 
 
 def crash(engine: AsyncEngine) -> None:

@@ -13,11 +13,10 @@ from django.urls import reverse
 
 from inference import ModelManager, SamplingParams
 from inference.loader import default_gguf_path
-from webapp.console.jobs import process_jobs
 from webapp.console.models import AuditLog
 from webapp.console.registry import sync_manager
-from webapp.core.engine import peek_manager, set_manager
 from webapp.core.models import EngineSettings
+from webapp.core.runtime import get_runtime
 
 pytestmark = pytest.mark.slow
 
@@ -31,14 +30,14 @@ def package_dir() -> Path:
 @pytest.fixture
 def real_manager(settings: Any, db: None) -> Iterator[ModelManager]:
     settings.MODEL_ROOTS = [package_dir()]
-    previous = peek_manager()
+    previous = get_runtime().peek_manager()
     manager = ModelManager()
-    set_manager(manager)
+    get_runtime().install_manager(manager)
     yield manager
-    process_jobs.wait_all(timeout=120)
+    get_runtime().jobs.wait_all(timeout=120)
     for info in manager.list():
         manager.unload(info.name)
-    set_manager(previous)
+    get_runtime().install_manager(previous)
 
 
 def info(manager: ModelManager, name: str) -> Any:
@@ -49,7 +48,7 @@ def act(client: Client, action: str, name: str) -> None:
     response = client.post(reverse(f"console:model-{action}", args=[name]), headers={"HX-Request": "true"})
     assert response.status_code == 200
     assert "message-error" not in response.content.decode(), response.content.decode()
-    process_jobs.wait_all(timeout=300)
+    get_runtime().jobs.wait_all(timeout=300)
 
 
 async def first_tokens(manager: ModelManager, name: str) -> str:

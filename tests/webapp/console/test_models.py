@@ -13,11 +13,10 @@ from django.urls import reverse
 
 from inference import EngineConfig, ModelManager
 from tests.webapp.console.conftest import MIB, SizedFakeEngine, make_hf_dir
-from webapp.console.jobs import process_jobs
 from webapp.console.models import AuditLog
 from webapp.console.registry import sync_manager
-from webapp.core.engine import set_manager
 from webapp.core.models import EngineSettings, ModelRegistration
+from webapp.core.runtime import get_runtime
 
 
 def register(client: Client, root: Path, name: str, **extra: Any) -> Any:
@@ -97,7 +96,7 @@ def test_load_unload_default_with_live_state(
     response = staff_client.post(reverse("console:model-load", args=["tiny"]), headers={"HX-Request": "true"})
     assert response.status_code == 200
     assert 'id="models-live"' in response.content.decode()
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert state(manager, "tiny") == "loaded"
     table = staff_client.get(reverse("console:models-table")).content.decode()
     assert 'data-busy="false"' in table and 'data-state="loaded"' in table
@@ -105,7 +104,7 @@ def test_load_unload_default_with_live_state(
     staff_client.post(reverse("console:model-default", args=["tiny"]), headers={"HX-Request": "true"})
     assert manager.default_name == "tiny"
     staff_client.post(reverse("console:model-unload", args=["tiny"]), headers={"HX-Request": "true"})
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert state(manager, "tiny") == "available"
     assert engines[-1].shutdown_calls == [30.0]  # drains for the configured timeout
     actions = list(AuditLog.objects.order_by("id").values_list("action", flat=True))
@@ -115,13 +114,13 @@ def test_load_unload_default_with_live_state(
 def test_busy_table_polls_until_done(staff_client: Client, manager: ModelManager) -> None:
     manager.register("slow", EngineConfig(model="x"))
     gate = threading.Event()
-    job = process_jobs.start("load", "slow", lambda: str(gate.wait(5)))
+    job = get_runtime().jobs.start("load", "slow", lambda: str(gate.wait(5)))
     html = staff_client.get(reverse("console:models-table")).content.decode()
     assert 'hx-trigger="every 1s"' in html and 'data-busy="true"' in html
     again = staff_client.post(reverse("console:model-load", args=["slow"]), headers={"HX-Request": "true"})
     assert "busy with another job" in again.content.decode()
     gate.set()
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert job.state == "succeeded"
     assert 'hx-trigger="every 1s"' not in staff_client.get(reverse("console:models-table")).content.decode()
 
@@ -134,7 +133,7 @@ def test_unknown_model_action_is_reported(staff_client: Client, manager: ModelMa
 def test_failed_load_shows_the_error(staff_client: Client, manager: ModelManager) -> None:
     manager._factory = lambda config: (_ for _ in ()).throw(RuntimeError("weights are corrupt"))
     staff_client.post(reverse("console:model-load", args=["base"]), headers={"HX-Request": "true"})
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     html = staff_client.get(reverse("console:models-table")).content.decode()
     assert 'data-state="failed"' in html and "weights are corrupt" in html
 
@@ -146,12 +145,12 @@ def test_memory_budget_evicts_lru_or_refuses(
     EngineSettings.objects.create(memory_budget_bytes=150 * MIB)
     for name in ("base", "tiny"):
         staff_client.post(reverse("console:model-load", args=[name]))
-        process_jobs.wait_all()
+        get_runtime().jobs.wait_all()
     assert state(manager, "tiny") == "loaded" and state(manager, "base") == "available"  # evicted
 
     EngineSettings.objects.update(evict_lru=False)
     staff_client.post(reverse("console:model-load", args=["base"]))
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     info = next(i for i in manager.list() if i.name == "base")
     assert info.state == "failed"
     assert f"needs {100 * MIB} bytes but only {50 * MIB}" in str(info.error)
@@ -190,7 +189,7 @@ def test_defaults_save_and_restart_when_needed(
         reverse("console:model-defaults", args=[row.pk]), data, headers={"HX-Request": "true"}
     )
     assert "restarts to apply" in response.content.decode()
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert (
         len(engines) == 2
         and engines[-1].config.dtype == "float32"
@@ -227,7 +226,7 @@ def test_quantization_is_per_model_and_restarts_it(
         reverse("console:model-defaults", args=[base.pk]), data, headers={"HX-Request": "true"}
     )
     assert "restarts to apply" in response.content.decode()
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     base.refresh_from_db()
     assert base.quantization == "none"
     manager.load("base")
@@ -265,7 +264,7 @@ def test_registrations_survive_a_new_process(
 ) -> None:
     register(staff_client, model_root, "tiny", aliases="small")
     fresh = ModelManager(engine_factory=lambda config: cast(Any, SizedFakeEngine(config)))
-    set_manager(fresh)
+    get_runtime().install_manager(fresh)
     try:
         # The page lists the saved model before the new process takes it up, and only reads.
         rows = ModelRegistration.objects.count()
@@ -273,11 +272,11 @@ def test_registrations_survive_a_new_process(
         assert 'data-model="tiny" data-state="available"' in html and not fresh.list()
         assert ModelRegistration.objects.count() == rows
         staff_client.post(reverse("console:model-load", args=["tiny"]))  # any model action syncs
-        process_jobs.wait_all()
+        get_runtime().jobs.wait_all()
         assert next(i for i in fresh.list() if i.name == "tiny").aliases == ["small"]
         assert state(fresh, "tiny") == "loaded"
     finally:
-        set_manager(manager)
+        get_runtime().install_manager(manager)
 
 
 @pytest.mark.parametrize("value", ["-1", "abc"])

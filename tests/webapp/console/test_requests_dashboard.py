@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -15,9 +14,9 @@ from inference import ModelManager, SamplingParams
 from tests.webapp.console.conftest import SizedFakeEngine
 from webapp.api.models import RequestLog
 from webapp.console import dashboard
-from webapp.console.jobs import process_jobs
 from webapp.console.templatetags import console as console_filters
 from webapp.core.models import EngineSettings
+from webapp.core.runtime import get_runtime
 
 
 @pytest.fixture
@@ -68,9 +67,8 @@ async def _generate(engine: SizedFakeEngine, n: int) -> None:
             pass
 
 
-def test_dashboard_samples(staff_client: Client, manager: ModelManager, monkeypatch: Any) -> None:
-    monkeypatch.setattr(dashboard, "sampler", dashboard.Sampler())
-    monkeypatch.setattr("webapp.console.views.dashboard.sampler", dashboard.sampler)
+def test_dashboard_samples(staff_client: Client, manager: ModelManager) -> None:
+    # The runtime is fresh for each test, and so is its sampler.
     engine = manager.load("base")
     first = staff_client.get(reverse("console:dashboard-data")).json()["samples"]
     assert len(first) == 1 and first[0]["tokens_per_s"] == 0.0 and first[0]["rss_mb"] > 10
@@ -128,7 +126,7 @@ def test_history_restore_gets_the_whole_page(staff_client: Client, log_rows: Non
 
 def test_jobs_page_lists_process_jobs(staff_client: Client, manager: ModelManager) -> None:
     staff_client.post(reverse("console:model-load", args=["base"]))
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     page = staff_client.get(reverse("console:jobs")).content.decode()
     assert "base loaded" in page and 'data-state="succeeded"' in page
     assert 'hx-trigger="every 1s"' not in page  # nothing running: no polling

@@ -15,8 +15,7 @@ from django.urls import reverse
 from inference import AsyncEngine, EngineConfig, ModelManager, RequestOutput, SamplingParams
 from tests.inference.fakes import reference_greedy, slow_async_engine
 from tests.webapp.console.test_tuning import VALID
-from webapp.console.jobs import process_jobs
-from webapp.core.engine import peek_manager, set_manager
+from webapp.core.runtime import get_runtime
 
 # The first two outlast the tuning POST (about a second of 10 ms steps); the other two wait behind them.
 MAX_TOKENS = [100, 100, 6, 6]
@@ -30,14 +29,14 @@ def real_manager() -> Iterator[ModelManager]:
     def factory(config: EngineConfig) -> Any:
         return slow_async_engine(max_num_seqs=config.max_num_seqs)
 
-    previous = peek_manager()
+    previous = get_runtime().peek_manager()
     manager = ModelManager(engine_factory=factory)
     manager.register("base", EngineConfig(model="fake", max_num_seqs=2))
-    set_manager(manager)
+    get_runtime().install_manager(manager)
     yield manager
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     manager.unload("base")
-    set_manager(previous)
+    get_runtime().install_manager(previous)
 
 
 @pytest.fixture
@@ -76,7 +75,7 @@ def test_tuning_restart_keeps_queued_requests(
     wait_until(lambda: old.stats().num_running == 2 and old.stats().num_waiting == 2)
 
     assert staff_client.post(reverse("console:tuning"), VALID).status_code == 302
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
 
     new = real_manager.get("base")
     assert new is not old and new.engine.config.max_num_seqs == 8  # the new tuning applies

@@ -13,11 +13,11 @@ from inference.api import ATTENTION_BACKENDS
 from inference.attention import BACKEND_NAMES
 from tests.webapp.console.conftest import SizedFakeEngine
 from webapp.console.forms import TUNING_HELP
-from webapp.console.jobs import process_jobs
 from webapp.console.models import AuditLog
 from webapp.console.registry import engine_config_for
 from webapp.core.engine_settings import engine_overrides, engine_settings_get
 from webapp.core.models import EngineSettings, ModelRegistration
+from webapp.core.runtime import get_runtime
 
 VALID = {
     "max_num_seqs": "8",
@@ -74,7 +74,7 @@ def test_apply_restarts_loaded_engines_and_audits(
     engines[0].queued = ["queued request"]
     response = staff_client.post(reverse("console:tuning"), VALID)
     assert response.status_code == 302
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert engines[0].shutdown_calls == [5.0]  # drained with the new timeout
     # Through ModelManager.reconfigure: queued requests are handed over.
     assert engines[1].adopted == ["queued request"]
@@ -92,9 +92,9 @@ def test_non_engine_change_does_not_restart(
 ) -> None:
     manager.load("base")
     staff_client.post(reverse("console:tuning"), VALID)
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     staff_client.post(reverse("console:tuning"), VALID | {"log_prompts": "on", "evict_lru": ""})
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert len(engines) == 2
     assert manager.evict_lru is False
     assert EngineSettings.objects.get().log_prompts
@@ -103,7 +103,7 @@ def test_non_engine_change_does_not_restart(
 
 def test_unchanged_form_writes_no_audit(staff_client: Client, manager: ModelManager) -> None:
     staff_client.post(reverse("console:tuning"), VALID)
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     staff_client.post(reverse("console:tuning"), VALID)
     assert AuditLog.objects.filter(action="engine.tune").count() == 1
 
@@ -149,10 +149,10 @@ def test_engine_option_saves_audits_and_restarts(
 ) -> None:
     manager.load("base")
     staff_client.post(reverse("console:tuning"), VALID, follow=True)  # follow: shows its message
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert len(engines) == 2
     response = staff_client.post(reverse("console:tuning"), VALID | {field: posted}, follow=True)
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert "the engines restart" in response.content.decode()
     assert getattr(EngineSettings.objects.get(), field) == stored
     entry = AuditLog.objects.filter(action="engine.tune").first()

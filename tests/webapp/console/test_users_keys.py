@@ -13,21 +13,17 @@ from django.urls import reverse
 
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.accounts.models import ApiKey, DailyUsage, UserApiLimits
-from webapp.api.services.limits import limiter
 from webapp.console.models import AuditLog
-from webapp.core.engine import peek_manager, set_manager
+from webapp.core.runtime import get_runtime
 
 
 @pytest.fixture
 def api_engine(settings: Any) -> Iterator[FakeEngine]:
     settings.MOONCAKE_API_AUTH = "required"
     engine = FakeEngine(model_name="fake-model", script="One two three.")
-    previous = peek_manager()
-    set_manager(FakeModelManager.with_engine(engine, aliases=["default"]))
-    limiter.reset()
+    get_runtime().install_manager(FakeModelManager.with_engine(engine, aliases=["default"]))
     yield engine
-    limiter.reset()
-    set_manager(previous)
+    get_runtime().install_manager(None)
 
 
 def complete(secret: str) -> Any:

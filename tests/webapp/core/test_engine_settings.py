@@ -12,11 +12,10 @@ from django.apps import apps
 
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.console.forms import TuningForm
-from webapp.console.jobs import process_jobs
 from webapp.console.lifecycle import model_unload
-from webapp.core.engine import peek_manager, set_manager
 from webapp.core.engine_settings import drain_timeout, engine_settings_get, server_overrides
 from webapp.core.models import EngineSettings
+from webapp.core.runtime import get_runtime
 
 migration = importlib.import_module("webapp.core.migrations.0003_drain_timeout_override")
 
@@ -61,21 +60,21 @@ def test_the_migration_clears_copies_of_the_configured_value(db: None, configure
 
 @pytest.fixture
 def fake_manager() -> Iterator[FakeModelManager]:
-    previous = peek_manager()
+    previous = get_runtime().peek_manager()
     manager = FakeModelManager.with_engine(FakeEngine(model_name="base"))
-    set_manager(manager)
+    get_runtime().install_manager(manager)
     yield manager
-    process_jobs.wait_all()
-    set_manager(previous)
+    get_runtime().jobs.wait_all()
+    get_runtime().install_manager(previous)
 
 
 def test_console_unload_drains_for_the_resolved_timeout(
     db: None, configured: float, fake_manager: FakeModelManager
 ) -> None:
     model_unload(name="base")
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     EngineSettings.objects.create(drain_timeout_seconds=3)
     fake_manager.load("base")
     model_unload(name="base")
-    process_jobs.wait_all()
+    get_runtime().jobs.wait_all()
     assert fake_manager.unloads == [("base", configured), ("base", 3.0)]

@@ -8,17 +8,17 @@ import pytest
 from django.test import Client
 
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
-from webapp.core.engine import peek_manager, set_manager
 from webapp.core.health import FAILED
+from webapp.core.runtime import get_runtime
 from webapp.core.version import app_version
 
 
 @pytest.fixture
 def no_manager() -> Iterator[None]:
-    previous = peek_manager()
-    set_manager(None)
+    previous = get_runtime().peek_manager()
+    get_runtime().install_manager(None)
     yield
-    set_manager(previous)
+    get_runtime().install_manager(previous)
 
 
 def test_health_without_engine_is_503(client: Client, no_manager: None) -> None:
@@ -42,7 +42,7 @@ def test_health_while_loading_is_503(client: Client, no_manager: None) -> None:
     manager = FakeModelManager()
     manager.register("slow-model", None)
     manager.set_state("slow-model", "loading")
-    set_manager(manager)
+    get_runtime().install_manager(manager)
     response = client.get("/health")
     assert response.status_code == 503
     assert response.json()["status"] == "loading"
@@ -54,7 +54,7 @@ def test_health_when_load_failed_is_503(
     manager = FakeModelManager()
     manager.register("broken", None)
     manager.set_state("broken", "failed", "out of memory")
-    set_manager(manager)
+    get_runtime().install_manager(manager)
     response = client.get("/health")
     assert response.status_code == 503
     body = response.json()
@@ -70,7 +70,7 @@ def test_health_when_load_failed_is_503(
 def test_health_registered_but_not_loaded_is_503(client: Client, no_manager: None) -> None:
     manager = FakeModelManager()
     manager.register("idle", None)
-    set_manager(manager)
+    get_runtime().install_manager(manager)
     response = client.get("/health")
     assert response.status_code == 503
     assert response.json()["status"] == "no_model"

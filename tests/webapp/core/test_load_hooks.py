@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.webapp.fake_engine import FakeEngine
-from webapp.core import engine as core_engine
+from webapp.core import runtime as core_runtime
 
 
 def test_load_hooks_all_run_and_survive_a_failing_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -16,19 +16,19 @@ def test_load_hooks_all_run_and_survive_a_failing_one(monkeypatch: pytest.Monkey
     def broken(engine: Any) -> None:
         raise RuntimeError("hook broke")
 
-    monkeypatch.setattr(core_engine, "_load_hooks", [])
-    core_engine.register_load_hook(broken)
-    core_engine.register_load_hook(seen.append)
-    core_engine.register_load_hook(seen.append)  # registered once
+    monkeypatch.setattr(core_runtime, "_load_hooks", [])
+    core_runtime.register_load_hook(broken)
+    core_runtime.register_load_hook(seen.append)
+    core_runtime.register_load_hook(seen.append)  # registered once
     engine = FakeEngine()
-    core_engine.run_load_hooks(engine)
+    core_runtime.run_load_hooks(engine)
     assert seen == [engine]
 
 
 def test_the_api_warms_its_grammar_view_of_each_loaded_model(monkeypatch: pytest.MonkeyPatch) -> None:
     from webapp.api.services import grammar
 
-    assert grammar.warm_grammar in core_engine._load_hooks
+    assert grammar.warm_grammar in core_runtime._load_hooks
     built: list[tuple[Any, set[int] | None]] = []
     monkeypatch.setattr(grammar, "ll_tokenizer", lambda tok, eos=None: built.append((tok, eos)))
     engine = FakeEngine()

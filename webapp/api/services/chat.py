@@ -10,14 +10,15 @@ from typing import Any
 from inference.api import EngineClient, LogitsProcessor
 from webapp.api.schemas.chat import ChatCompletionRequest
 from webapp.api.services.defaults import RequestDefaults, apply_chat_defaults
-from webapp.api.services.engine_access import model_name, vocab_size
-from webapp.api.services.generation import Generation, merged, run_to_end, timed_out_error
 from webapp.api.services.grammar import GrammarLogitsProcessor, json_schema_grammar, ll_tokenizer
 from webapp.api.services.logprobs import chat_logprobs
-from webapp.api.services.pipeline import Job, usage_of
-from webapp.api.services.prompts import check_prompt, message_text, render_chat
+from webapp.api.services.models import model_name
+from webapp.api.services.pipeline import Job, usage_dict
+from webapp.api.services.prompts import message_text, render_chat
 from webapp.api.services.sampling import build_params
 from webapp.api.services.tools import ToolPlan, call_dict, new_call_id, parse_calls, tool_plan
+from webapp.core.prompts import check_prompt, vocab_size
+from webapp.core.streams import Generation, merged, run_to_end, timed_out_error
 
 
 def _grammar(
@@ -102,7 +103,7 @@ class ChatRenderer:
             choices.append(
                 {"index": out.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
             )
-        return dict(self._base(job, "chat.completion"), choices=choices, usage=usage_of(generations))
+        return dict(self._base(job, "chat.completion"), choices=choices, usage=usage_dict(generations))
 
     def _chunk(
         self, job: Job, index: int, delta: dict[str, Any], *, logprobs: Any = None, finish: str | None = None
@@ -161,7 +162,7 @@ class ChatRenderer:
                     for event in self._finish_events(job, plan, buffered, out.index, out.text, "length"):
                         yield event
         if job.include_usage:
-            yield dict(self._base(job, "chat.completion.chunk"), choices=[], usage=usage_of(generations))
+            yield dict(self._base(job, "chat.completion.chunk"), choices=[], usage=usage_dict(generations))
 
     def _finish_events(
         self, job: Job, plan: ToolPlan | None, buffered: bool, index: int, text: str, reason: str

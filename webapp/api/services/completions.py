@@ -8,20 +8,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from inference.api import CompletionOutput, EngineClient, RequestOutput
-from webapp.api.errors import invalid
 from webapp.api.schemas.completions import CompletionRequest, prompt_count
 from webapp.api.services.defaults import RequestDefaults, apply_sampling_defaults
-from webapp.api.services.engine_access import model_name, vocab_size
-from webapp.api.services.generation import Generation, merged, run_to_end, timed_out_error
 from webapp.api.services.logprobs import (
     LegacyEntry,
     completion_logprobs,
     legacy_entries,
     legacy_prompt_entries,
 )
-from webapp.api.services.pipeline import Job, usage_of
-from webapp.api.services.prompts import check_prompt, encode_text
+from webapp.api.services.models import model_name
+from webapp.api.services.pipeline import Job, usage_dict
 from webapp.api.services.sampling import build_params
+from webapp.core.errors import InvalidRequest
+from webapp.core.prompts import check_prompt, encode_text, vocab_size
+from webapp.core.streams import Generation, merged, run_to_end, timed_out_error
 
 
 def _prompt_list(engine: EngineClient, prompt: Any) -> tuple[list[list[int]], list[str | None]]:
@@ -29,7 +29,7 @@ def _prompt_list(engine: EngineClient, prompt: Any) -> tuple[list[list[int]], li
     if isinstance(prompt, str):
         return [encode_text(engine, prompt)], [prompt]
     if not prompt:
-        raise invalid("The prompt is empty.", param="prompt")
+        raise InvalidRequest("The prompt is empty.", param="prompt")
     if all(isinstance(p, str) for p in prompt):
         return [encode_text(engine, p) for p in prompt], list(prompt)
     if all(isinstance(p, int) for p in prompt):
@@ -41,7 +41,7 @@ def check_fits_queue(engine: EngineClient, body: CompletionRequest) -> None:
     """Each prompt is one engine request: more than the queue can ever hold is a 400, never a 503 to retry."""
     capacity, count = engine.max_queue_len, prompt_count(body.prompt)
     if count > capacity:
-        raise invalid(
+        raise InvalidRequest(
             f"This request has {count} prompts, but this server queues at most {capacity} requests, so "
             f"it could never be admitted: send at most {capacity} prompts per request.",
             param="prompt",
@@ -111,7 +111,7 @@ class CompletionRenderer:
             for out in ro.outputs if ro else []:
                 choices.append(self._choice(job, p, generation, ro, out))
         choices.sort(key=lambda c: c["index"])
-        return dict(self._base(job), choices=choices, usage=usage_of(generations))
+        return dict(self._base(job), choices=choices, usage=usage_dict(generations))
 
     def _choice(self, job: Job, p: int, g: Generation, ro: Any, out: CompletionOutput) -> dict[str, Any]:
         echo = job.extra["echo"]
@@ -176,4 +176,4 @@ class CompletionRenderer:
                 if index not in finished:
                     yield self._chunk(job, index, "", None, "length")
         if job.include_usage:
-            yield dict(self._base(job), choices=[], usage=usage_of(generations))
+            yield dict(self._base(job), choices=[], usage=usage_dict(generations))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from inference.api import ModelInfo, ModelManagerClient
+from inference.api import EngineClient, ModelInfo, ModelManagerClient
 from webapp.api.schemas.models import ModelCard
-from webapp.core.engine import get_manager
+from webapp.core.runtime import get_runtime
 
 # OpenAI's `created` is a creation timestamp; registered models have none, so the server's start stands in.
 _STARTED = int(time.time())
@@ -28,14 +28,23 @@ def _card(info: ModelInfo, manager: ModelManagerClient) -> ModelCard:
     )
 
 
+def model_name(engine: EngineClient, requested: str | None) -> str:
+    """The name to echo in responses: what the client asked for, else the served default's name."""
+    if requested:
+        return requested
+    manager = get_runtime().peek_manager()
+    default = manager.default_name if manager is not None else None
+    return default or engine.model_name or "default"
+
+
 def model_cards() -> list[ModelCard]:
-    manager = get_manager()
+    manager = get_runtime().manager()
     return [_card(info, manager) for info in manager.list()]
 
 
 def model_card(model_id: str) -> ModelCard | None:
     """The card for a name or alias; None when no model answers to it."""
-    manager = get_manager()
+    manager = get_runtime().manager()
     for info in manager.list():
         if model_id == info.name or model_id in info.aliases:
             return _card(info, manager)

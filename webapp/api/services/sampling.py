@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from inference.api import LogitsProcessor, SamplingParams
-from webapp.api.errors import invalid
 from webapp.api.schemas.common import SamplingFields
+from webapp.core.errors import InvalidRequest
 
 
 def logit_bias_ids(bias: dict[str, float] | None, vocab: int) -> dict[int, float] | None:
@@ -16,7 +16,7 @@ def logit_bias_ids(bias: dict[str, float] | None, vocab: int) -> dict[int, float
     for key, value in bias.items():
         token = int(key)
         if not 0 <= token < vocab:
-            raise invalid(
+            raise InvalidRequest(
                 f"logit_bias key {key} is not a token id of this model (vocabulary {vocab}).",
                 param="logit_bias",
             )
@@ -60,4 +60,4 @@ def build_params(
     try:
         return SamplingParams(**kwargs)
     except (ValueError, TypeError) as exc:
-        raise invalid(str(exc)) from exc
+        raise InvalidRequest(str(exc)) from exc

@@ -13,7 +13,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from webapp.api.errors import APIError, unavailable
+from webapp.core.errors import MooncakeError, ServerFailure, Unavailable
+from webapp.core.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -30,35 +31,37 @@ class _Live:
         self.waiting = False
 
 
-_live: set[_Live] = set()
-_cut: Callable[[], APIError] | None = None  # makes the error a cut stream ends with
+class LiveStreams:
+    """This process's running streams (a runtime service), and the error they end with once cut."""
+
+    def __init__(self) -> None:
+        self.live: set[_Live] = set()
+        self.cut_error: Callable[[], MooncakeError] | None = None
 
 
-def shutting_down_error() -> APIError:
-    return unavailable(
+def _streams() -> LiveStreams:
+    return get_runtime().service(LiveStreams)
+
+
+def shutting_down_error() -> MooncakeError:
+    return Unavailable(
         "The server is shutting down; the generation was cut off. Retry on another server or later.",
         code="server_shutting_down",
     )
 
 
-def cut_streams(make_error: Callable[[], APIError] = shutting_down_error) -> int:
+def cut_streams(make_error: Callable[[], MooncakeError] = shutting_down_error) -> int:
     """End every running stream (and any started later) with make_error(); returns how many were running.
 
     Call it on the event loop's thread: a stream waiting for its next event is cancelled right there,
     one busy sending a frame notices before it waits again.
     """
-    global _cut
-    _cut = make_error
-    for live in list(_live):
+    streams = _streams()
+    streams.cut_error = make_error
+    for live in list(streams.live):
         if live.waiting and live.task is not None:
             live.task.cancel()
-    return len(_live)
-
-
-def accept_streams() -> None:
-    """Undo cut_streams (for tests: one process serves many)."""
-    global _cut
-    _cut = None
+    return len(streams.live)
 
 
 def sse_event(payload: dict[str, Any]) -> bytes:
@@ -67,10 +70,12 @@ def sse_event(payload: dict[str, Any]) -> bytes:
     )
 
 
-async def _next_event(events: AsyncIterator[dict[str, Any]], live: _Live) -> dict[str, Any] | None:
+async def _next_event(
+    events: AsyncIterator[dict[str, Any]], live: _Live, streams: LiveStreams
+) -> dict[str, Any] | None:
     """The next event, None at the end; raises the cut error once cut_streams has been called."""
-    if _cut is not None:
-        raise _cut()
+    if streams.cut_error is not None:
+        raise streams.cut_error()
     live.waiting = True
     try:
         return await anext(events)
@@ -78,27 +83,27 @@ async def _next_event(events: AsyncIterator[dict[str, Any]], live: _Live) -> dic
         return None
     except asyncio.CancelledError:
         # Our own cancel (cut_streams) is taken back; any other cancel (a disconnect) goes on as usual.
-        if _cut is None or live.task is None or live.task.uncancel() > 0:
+        if streams.cut_error is None or live.task is None or live.task.uncancel() > 0:
             raise
-        raise _cut() from None
+        raise streams.cut_error() from None
     finally:
         live.waiting = False
 
 
 async def sse_frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     """Frame events; an error after the headers went out becomes an error event, then [DONE]."""
-    live = _Live(asyncio.current_task())
-    _live.add(live)
+    live, streams = _Live(asyncio.current_task()), _streams()
+    streams.live.add(live)
     try:
-        while (event := await _next_event(events, live)) is not None:
+        while (event := await _next_event(events, live, streams)) is not None:
             yield sse_event(event)
-    except APIError as exc:
+    except MooncakeError as exc:
         yield sse_event(exc.body())
     except Exception:
         logger.exception("error while streaming a response")
-        yield sse_event(APIError(500, "Internal error while generating.", type="server_error").body())
+        yield sse_event(ServerFailure("Internal error while generating.").body())
     finally:
-        _live.discard(live)
+        streams.live.discard(live)
         # A cut (or a consumer gone) leaves the events open: closing them aborts their engine requests.
         aclose = getattr(events, "aclose", None)
         try:

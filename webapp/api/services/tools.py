@@ -15,19 +15,6 @@ ToolMode = Literal["named", "required", "auto"]
 _CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 
 
-def tools_system_prompt(tools: list[dict[str, Any]]) -> str:
-    """Hermes-style tool description, the format most small open models were tuned on."""
-    signatures = "\n".join(json.dumps(t) for t in tools)
-    return (
-        "You may call one or more functions to assist with the user query. Function signatures are within "
-        f"<tools></tools> XML tags:\n<tools>\n{signatures}\n</tools>\n"
-        "For each function call, return a json object with function name and arguments within "
-        "<tool_call></tool_call> XML tags:\n<tool_call>\n"
-        '{"name": <function-name>, "arguments": <args-json>}\n'
-        "</tool_call>"
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ToolPlan:
     mode: ToolMode

@@ -6,8 +6,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from webapp.console.dashboard import sampler
+from webapp.console.dashboard import Sampler
 from webapp.console.views.access import staff_required
+from webapp.core.runtime import get_runtime
 
 
 @staff_required
@@ -19,4 +20,4 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_GET
 def dashboard_data(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"samples": sampler.history()})
+    return JsonResponse({"samples": get_runtime().service(Sampler).history()})

@@ -6,16 +6,20 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from webapp.console.jobs import process_jobs
 from webapp.console.selectors import any_job_active, audit_list, console_jobs
 from webapp.console.views.access import staff_required
+from webapp.core.runtime import get_runtime
 
 
 @staff_required
 @require_GET
 def jobs_page(request: HttpRequest) -> HttpResponse:
     template = "console/_jobs_table.html" if request.htmx else "console/jobs.html"  # type: ignore[attr-defined]
-    context = {"celery_jobs": console_jobs(), "process_jobs": process_jobs.list(), "active": any_job_active()}
+    context = {
+        "celery_jobs": console_jobs(),
+        "process_jobs": get_runtime().jobs.list(),
+        "active": any_job_active(),
+    }
     return render(request, template, context)
 
 

@@ -16,6 +16,7 @@ from webapp.console.hf_import import HubImportError, hf_import_start
 from webapp.console.paths import allowed_roots
 from webapp.console.selectors import model_rows
 from webapp.console.views.access import staff_required
+from webapp.core.errors import MooncakeError
 from webapp.core.models import ModelRegistration
 
 
@@ -78,7 +79,7 @@ def model_register_local(request: HttpRequest) -> HttpResponse:
             aliases=data["aliases"],
             keep_alive_seconds=data["keep_alive_seconds"],
         )
-    except ValueError as exc:
+    except (MooncakeError, ValueError) as exc:  # a taken name; a config the engine refuses
         messages.error(request, str(exc))
         return redirect("console:models")
     after = registry.registration_snapshot(row)
@@ -112,7 +113,7 @@ def _model_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
             lifecycle.model_unload(name=name)
         else:
             lifecycle.model_set_default(name=name)
-    except (lifecycle.ModelActionError, ValueError) as exc:
+    except (MooncakeError, ValueError) as exc:
         return _done(request, error=str(exc))
     audit_record(actor=request.user, action=f"model.{action}", target=name)
     return _done(request)
@@ -163,7 +164,7 @@ def model_defaults(request: HttpRequest, pk: int) -> HttpResponse:
     if needs_restart:
         try:
             lifecycle.model_restart(registration=row)
-        except lifecycle.ModelActionError as exc:
+        except MooncakeError as exc:
             return _done(request, error=str(exc))
         return _done(request, notice=f"Saved; {row.name} restarts to apply them.")
     return _done(request, notice=f"Saved {row.name}'s defaults.")

@@ -13,6 +13,7 @@ from webapp.console.registry import sync_manager
 from webapp.console.tuning import engine_settings_update
 from webapp.console.views.access import staff_required
 from webapp.core.engine_settings import engine_settings_get
+from webapp.core.errors import MooncakeError
 
 
 @staff_required
@@ -28,7 +29,7 @@ def tuning(request: HttpRequest) -> HttpResponse:
         if restart:
             try:
                 lifecycle.restart_all()
-            except lifecycle.ModelActionError as exc:
+            except MooncakeError as exc:
                 messages.error(request, f"Saved, but the restart did not start: {exc}")
                 return redirect("console:tuning")
             messages.success(request, "Saved; the engines restart (running requests drain first).")

@@ -74,6 +74,3 @@ class ProcessJobs:
         for job in self.list():
             if job.thread is not None:
                 job.thread.join(max(0.0, deadline - time.monotonic()))
-
-
-process_jobs = ProcessJobs()

@@ -1,20 +1,19 @@
-"""Per-key and per-user limits: requests/min, tokens/min and concurrent requests, enforced with 429s.
+"""Per-key and per-user limits: requests/min, tokens/min and concurrent sequences, enforced with 429s.
 
-Counters live in this process: each replica owns its own engines, and a replica's share of a
+Chat, the API and the tokenizer endpoints all pass through one limiter, before any work is done for the
+request. Counters live in this process: each replica owns its own engines, and a replica's share of a
 limit is a deliberate approximation rather than a cross-replica store on every request.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from webapp.accounts.selectors import Limits
-from webapp.api.errors import APIError
+from webapp.core.errors import InvalidRequest, RateLimited
 
 WINDOW_S = 60.0
 # Concurrency frees up when some request ends; a second is a polite guess at when to retry.
@@ -23,17 +22,20 @@ CONCURRENCY_RETRY_AFTER_S = 1
 Bucket = Hashable
 
 
-def rate_limited(message: str, retry_after: float, code: str) -> APIError:
-    return APIError(
-        429, message, type="rate_limit_error", code=code, retry_after=max(1, math.ceil(retry_after))
-    )
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Effective limits; None means unlimited."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_requests: int | None = None
 
 
 @dataclass
 class _Counters:
     request_times: deque[float] = field(default_factory=deque)
     token_events: deque[tuple[float, int]] = field(default_factory=deque)
-    active: int = 0
+    active: int = 0  # sequences being generated: a request with n=4 holds four
 
     def prune(self, now: float) -> None:
         while self.request_times and now - self.request_times[0] >= WINDOW_S:
@@ -50,6 +52,7 @@ class Admission:
     """Proof of admission; release() it exactly once when the request ends."""
 
     buckets: tuple[Bucket, ...]
+    weight: int = 1
 
 
 class RateLimiter:
@@ -58,27 +61,28 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._counters: dict[Bucket, _Counters] = {}
 
-    def admit(self, checks: Sequence[tuple[Bucket, Limits]]) -> Admission:
-        """Admit one request against every bucket at once, or raise a 429 APIError and admit none."""
+    def admit(self, checks: Sequence[tuple[Bucket, Limits]], *, weight: int = 1) -> Admission:
+        """Admit one request of `weight` sequences against every bucket at once, or raise RateLimited and
+        admit none. A weight of 0 counts the request but holds no concurrency (a tokenizer call)."""
         with self._lock:
             now = self._clock()
             for bucket, limits in checks:
-                self._check(self._counters.setdefault(bucket, _Counters()), limits, now)
+                self._check(self._counters.setdefault(bucket, _Counters()), limits, now, weight)
             for bucket, _ in checks:
                 counters = self._counters[bucket]
                 counters.request_times.append(now)
-                counters.active += 1
-            return Admission(buckets=tuple(b for b, _ in checks))
+                counters.active += weight
+            return Admission(buckets=tuple(b for b, _ in checks), weight=weight)
 
-    def _check(self, c: _Counters, limits: Limits, now: float) -> None:
+    def _check(self, c: _Counters, limits: Limits, now: float, weight: int) -> None:
         c.prune(now)
         rpm = limits.requests_per_minute
         if rpm is not None and len(c.request_times) >= rpm:
             oldest = c.request_times[len(c.request_times) - rpm] if rpm else now
-            raise rate_limited(
+            raise RateLimited(
                 f"Rate limit reached: {rpm} requests per minute.",
-                oldest + WINDOW_S - now,
-                "requests_per_minute",
+                retry_after=oldest + WINDOW_S - now,
+                code="requests_per_minute",
             )
         tpm = limits.tokens_per_minute
         if tpm is not None and c.tokens() >= tpm:
@@ -89,13 +93,22 @@ class RateLimiter:
                 if excess < 0:
                     wait = t + WINDOW_S - now
                     break
-            raise rate_limited(f"Rate limit reached: {tpm} tokens per minute.", wait, "tokens_per_minute")
+            raise RateLimited(
+                f"Rate limit reached: {tpm} tokens per minute.", retry_after=wait, code="tokens_per_minute"
+            )
         cap = limits.max_concurrent_requests
-        if cap is not None and c.active >= cap:
-            raise rate_limited(
+        if cap and weight > cap:
+            # Waiting would never help: a client error, not a 429 to retry.
+            raise InvalidRequest(
+                f"This request asks for {weight} sequences at once; this account may run at most {cap}.",
+                param="n",
+                code="concurrent_requests",
+            )
+        if cap is not None and weight and c.active + weight > cap:
+            raise RateLimited(
                 f"Too many concurrent requests (limit {cap}).",
-                CONCURRENCY_RETRY_AFTER_S,
-                "concurrent_requests",
+                retry_after=CONCURRENCY_RETRY_AFTER_S,
+                code="concurrent_requests",
             )
 
     def add_tokens(self, admission: Admission, tokens: int) -> None:
@@ -110,12 +123,9 @@ class RateLimiter:
         with self._lock:
             for bucket in admission.buckets:
                 counters = self._counters.get(bucket)
-                if counters is not None and counters.active > 0:
-                    counters.active -= 1
+                if counters is not None:
+                    counters.active = max(0, counters.active - admission.weight)
 
     def reset(self) -> None:
         with self._lock:
             self._counters.clear()
-
-
-limiter = RateLimiter()

@@ -1,4 +1,4 @@
-"""Running engine requests for the API: admission errors before any byte is sent, deadlines, merging.
+"""Engine requests as the generation service runs them: admission errors first, deadlines, merging.
 
 Closing an engine iterator aborts its request (the engine's contract), so every path out of here, a
 client disconnect's CancelledError included, ends in `aclose()` on the engine's generator.
@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from django.conf import settings
 
 from inference.api import EngineClient, RequestOutput, SamplingParams
-from webapp.api.errors import APIError, from_engine_error, unavailable
+from webapp.core.errors import MooncakeError, Unavailable, from_engine_error
 
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 
@@ -29,8 +29,8 @@ def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def timed_out_error() -> APIError:
-    return unavailable("The request timed out before any token was generated.", code="timeout")
+def timed_out_error() -> MooncakeError:
+    return Unavailable("The request timed out before any token was generated.", code="timeout")
 
 
 class Generation:
@@ -43,7 +43,7 @@ class Generation:
         params: SamplingParams,
         *,
         request_id: str,
-        deadline: float,
+        deadline: float | None,
     ) -> None:
         # Nothing is submitted until the first anext(); closing the generator before then is free.
         self._iter: AsyncGenerator[RequestOutput, None] = engine.generate(
@@ -67,7 +67,7 @@ class Generation:
             self.timed_out = True
             await self.close()
             return None
-        except APIError:
+        except MooncakeError:
             raise
         except Exception as exc:
             raise from_engine_error(exc) from exc
@@ -113,7 +113,7 @@ async def start_all(generations: list[Generation]) -> None:
         raise
 
 
-async def merged(generations: list[Generation]) -> AsyncIterator[tuple[int, RequestOutput]]:
+async def merged(generations: list[Generation]) -> AsyncGenerator[tuple[int, RequestOutput], None]:
     """Outputs of several generations as they come, tagged with the generation's index."""
     if len(generations) == 1:
         async for out in generations[0].outputs():

@@ -1,0 +1,216 @@
+"""The server's runtime: one object that owns the model manager, the limiter, the jobs and the services.
+
+Daphne sends no ASGI lifespan, so `webapp.asgi` calls `start()` once the application is built (when the
+settings autoload a model) and `webapp.core.server` calls `stop()` as it shuts down; a test drives both
+itself. Tests install a fresh Runtime per test rather than resetting module state.
+
+Apps register what they need done at the runtime's edges (a load hook, a start hook) from their
+AppConfig.ready; those registrations are wiring, made once per process, so they live beside the class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from inference.api import EngineClient, ModelManagerClient
+from webapp.core.generation import GenerationService
+from webapp.core.jobs import ProcessJobs
+from webapp.core.limits import RateLimiter
+
+logger = logging.getLogger(__name__)
+
+REAP_INTERVAL_SECONDS = 30.0
+
+T = TypeVar("T")
+
+_load_hooks: list[Callable[[EngineClient], None]] = []
+_start_hooks: list[Callable[[], None]] = []
+
+
+def register_load_hook(hook: Callable[[EngineClient], None]) -> None:
+    """Work an app wants done right after any model loads, before requests reach it."""
+    if hook not in _load_hooks:
+        _load_hooks.append(hook)
+
+
+def register_start_hook(hook: Callable[[], None]) -> None:
+    """Work an app wants done when the server starts, before the default model loads (on that thread)."""
+    if hook not in _start_hooks:
+        _start_hooks.append(hook)
+
+
+def run_load_hooks(engine: EngineClient) -> None:
+    """The manager calls this for every engine it loads (load, restart after a change or a crash)."""
+    for hook in _load_hooks:
+        try:
+            hook(engine)
+        except Exception:
+            logger.exception("A load hook failed for %s", engine.model_name)
+
+
+def _build_manager() -> ModelManagerClient:
+    from webapp.core.engine import build_manager  # the composition root: torch comes in with it
+
+    return build_manager(on_loaded=run_load_hooks)
+
+
+class Runtime:
+    def __init__(self, *, manager_factory: Callable[[], ModelManagerClient] = _build_manager) -> None:
+        self._lock = threading.Lock()
+        self._manager_factory = manager_factory
+        self._manager: ModelManagerClient | None = None
+        self._services: dict[type[Any], Any] = {}
+        self._stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.limiter = RateLimiter()
+        self.jobs = ProcessJobs()
+        self.generation = GenerationService(limiter=self.limiter, engine_for=self.get_engine)
+        # "An account exists", cached once true: the first-run redirect stops checking the database.
+        self.setup_done = False
+
+    # ---- the model manager --------------------------------------------------------------------------
+
+    def manager(self) -> ModelManagerClient:
+        """The manager, built on first use (management commands and Celery never need one)."""
+        with self._lock:
+            if self._manager is None:
+                self._manager = self._manager_factory()
+            return self._manager
+
+    def peek_manager(self) -> ModelManagerClient | None:
+        """The manager if one exists; never creates it (health must not fake an engine into being)."""
+        return self._manager
+
+    def install_manager(self, manager: ModelManagerClient | None) -> None:
+        """Use `manager` (tests install fakes); None forgets the current one without shutting it down."""
+        with self._lock:
+            self._manager = manager
+
+    async def get_engine(self, model: str | None = None) -> EngineClient:
+        """The loaded engine for `model` (None = default); raises UnknownModelError / NoModelLoadedError."""
+        manager = self._manager if self._manager is not None else await asyncio.to_thread(self.manager)
+        return manager.get(model)
+
+    def service(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
+        """The runtime's one instance of an app's service (chat replies, the dashboard's sampler)."""
+        with self._lock:
+            if cls not in self._services:
+                self._services[cls] = (factory or cls)()
+            return self._services[cls]
+
+    # ---- start and stop -----------------------------------------------------------------------------
+
+    def start(self, *, reap_interval: float = REAP_INTERVAL_SECONDS) -> None:
+        """Run the start hooks and load the default model in the background; unload idle models on a timer."""
+        # Import the engine (torch, transformers) on the calling thread: transformers' lazy modules are not
+        # safe to import from two threads at once, and requests may import them while the model loads.
+        self.manager()
+        loader = threading.Thread(target=self._start_in_background, name="mooncake-autoload", daemon=True)
+        reaper = threading.Thread(
+            target=self._reap_idle, args=(reap_interval,), name="mooncake-reaper", daemon=True
+        )
+        self.threads += [loader, reaper]
+        loader.start()
+        reaper.start()
+
+    def _start_in_background(self) -> None:
+        from django.db import connections
+
+        try:
+            for hook in _start_hooks:
+                try:
+                    hook()
+                except Exception:
+                    logger.exception("A start hook failed; the server starts without it")
+        finally:
+            connections.close_all()  # this thread's connections, if a hook opened one
+        self._load_default()
+
+    def _load_default(self) -> None:
+        try:
+            manager = self.manager()
+            name = manager.default_name
+            if name is None:
+                logger.warning("No default model is configured; nothing to load.")
+                return
+            logger.info("Loading the default model %s", name)
+            manager.load(name)
+            logger.info("Default model %s is ready", name)
+        except Exception:
+            # /health reports the failure from the manager's state; the server stays up for the console.
+            logger.exception("Loading the default model failed")
+
+    def _reap_idle(self, interval: float) -> None:
+        while not self._stopping.wait(interval):
+            manager = self._manager
+            if manager is None:
+                continue
+            try:
+                for name in manager.reap_idle():
+                    logger.info("Unloaded idle model %s (keep_alive elapsed)", name)
+            except Exception:
+                logger.exception("Reaping idle models failed")
+
+    def busy(self) -> int:
+        """Requests running or waiting across loaded engines (what a draining server waits for)."""
+        manager = self._manager
+        if manager is None:
+            return 0
+        busy = 0
+        for info in manager.list():
+            if info.state != "loaded":
+                continue
+            try:
+                stats = manager.peek(info.name).stats()
+            except Exception:
+                logger.debug("Engine %s vanished while counting busy requests", info.name, exc_info=True)
+                continue
+            busy += int(stats.num_running) + int(stats.num_waiting)
+        return busy
+
+    def stop(self, *, drain_timeout: float = 0.0, load_wait: float = 0.0) -> list[str]:
+        """Stop the timer, finish the jobs, then unload every model, letting running requests finish
+        within `drain_timeout` seconds. A model still loading is waited for (up to `load_wait` seconds) and
+        unloaded too: its loader thread is inside torch, which must not be so when the interpreter exits.
+        Returns the models still loading at the end (none, normally). Safe to call more than once."""
+        self._stopping.set()
+        self.jobs.wait_all(timeout=load_wait)
+        manager = self._manager
+        if manager is None:
+            return []
+        deadline = time.monotonic() + load_wait
+        while any(info.state == "loading" for info in manager.list()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for info in manager.list():
+            if info.state in ("loaded", "loading"):
+                try:
+                    manager.unload(info.name, drain_timeout=drain_timeout)
+                except Exception:
+                    logger.exception("Unloading %s failed", info.name)
+        return [info.name for info in manager.list() if info.state == "loading"]
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    """This process's runtime (created on first use)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = Runtime()
+        return _runtime
+
+
+def install_runtime(runtime: Runtime | None) -> Runtime | None:
+    """Make `runtime` the process's runtime and return the previous one (tests: a fresh one per test)."""
+    global _runtime
+    with _runtime_lock:
+        previous, _runtime = _runtime, runtime
+        return previous
