@@ -9,10 +9,11 @@ blocks are freed and it goes back to waiting to be recomputed from its tokens.
 Latency budget (`max_step_latency_ms`): a step that carries decode rows lasts as long as its prefill chunk,
 and on a CPU a full max_num_batched_tokens chunk takes seconds, so every running stream would stall that
 long. While any sequence is decoding, prefill therefore gets only the tokens that fit the target, from an
-online estimate of step cost (StepCostModel, fed by the engine through `record_step`):
+online estimate of step cost (StepCostModel, fed by the engine through `record_step`), in which a prefill
+token costs more the deeper into its prompt it sits:
 
-    prefill tokens = (target - fixed) / per_token, at least _MIN_PREFILL_CHUNK (so prompts progress),
-                     at most max_num_batched_tokens - decode rows.
+    prefill tokens = what fits (target - fixed) at the chunk's depth, at least _MIN_PREFILL_CHUNK (so
+                     prompts progress), at most max_num_batched_tokens - decode rows.
 
 With no decode running, or before any step has been measured, prefill uses the whole token budget.
 """
@@ -20,6 +21,7 @@ With no decode running, or before any step has been measured, prefill uses the w
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,12 +38,14 @@ _MIN_PREFILL_CHUNK = 16
 
 
 class StepCostModel:
-    """Online step cost: seconds ~= fixed + per_token * prefill tokens.
+    """Online step cost: seconds ~= fixed + tokens * per_token(context), per_token(c) = a + b * c.
 
-    fixed is a moving average over steps without prefill (decode rows, sampling, overhead); per_token is a
-    faster one over prefill steps' (seconds - fixed) / tokens, because the cost of a prompt's tokens grows
-    with its context as chunks progress. A step with fewer than full_weight_tokens prefill tokens moves the
-    estimate proportionally less: the fixed cost's noise, divided by a few tokens, would swamp it.
+    fixed is a moving average over steps without prefill (decode rows, sampling, overhead). A prefill
+    token's cost grows with the context it attends to (a chunk deep in a long prompt re-reads all of it),
+    so per-token costs are regressed on the mean context of the step's prefill tokens, over exponentially
+    weighted moments: with one context seen, b is 0 and per_token is a plain moving average. A step with
+    fewer than full_weight_tokens prefill tokens moves the moments proportionally less: the fixed cost's
+    noise, divided by a few tokens, would swamp it.
     """
 
     def __init__(self, alpha_fixed: float = 0.2, alpha: float = 0.5, full_weight_tokens: int = 64) -> None:
@@ -49,30 +53,55 @@ class StepCostModel:
         self.alpha = alpha
         self.full_weight_tokens = full_weight_tokens
         self.fixed_s: float | None = None
-        self.per_token_s: float | None = None
+        # Weighted moments of (context x, per-token seconds y): E[x], E[y], E[x^2], E[xy].
+        self._moments: list[float] | None = None
 
-    def observe(self, prefill_tokens: int, seconds: float) -> None:
+    def observe(self, prefill_tokens: int, seconds: float, context: float = 0.0) -> None:
+        """A step's duration; context: the mean number of earlier tokens its prefill tokens attend to."""
         if prefill_tokens == 0:
             old = self.fixed_s
             self.fixed_s = seconds if old is None else old + self.alpha_fixed * (seconds - old)
             return
         # Until a decode-only step is seen, the whole step counts as prefill: a conservative estimate.
-        sample = max(seconds - (self.fixed_s or 0.0), 0.0) / prefill_tokens
-        if self.per_token_s is None:
-            self.per_token_s = sample
-        else:
-            weight = self.alpha * min(1.0, prefill_tokens / self.full_weight_tokens)
-            self.per_token_s += weight * (sample - self.per_token_s)
+        y = max(seconds - (self.fixed_s or 0.0), 0.0) / prefill_tokens
+        sample = [context, y, context * context, context * y]
+        if self._moments is None:
+            self._moments = sample
+            return
+        weight = self.alpha * min(1.0, prefill_tokens / self.full_weight_tokens)
+        self._moments = [m + weight * (v - m) for m, v in zip(self._moments, sample, strict=True)]
 
-    def prefill_budget(self, target_s: float) -> int | None:
-        """Prefill tokens that keep a step near target_s; None when prefill was never measured."""
-        per_token = self.per_token_s
-        if per_token is None:
+    def _line(self) -> tuple[float, float] | None:
+        """(a, b) of per_token(c) = a + b * c; b is never negative (more context never costs less)."""
+        if self._moments is None:
+            return None
+        mx, my, mxx, mxy = self._moments
+        variance = mxx - mx * mx
+        slope = (mxy - mx * my) / variance if variance > 1e-6 * max(1.0, mxx) else 0.0
+        slope = max(slope, 0.0)
+        return my - slope * mx, slope
+
+    @property
+    def per_token_s(self) -> float | None:
+        """Seconds per prefill token at the mean context seen so far."""
+        return None if self._moments is None else self._moments[1]
+
+    def prefill_budget(self, target_s: float, context: int = 0) -> int | None:
+        """Prefill tokens that keep a step near target_s when its chunk starts `context` tokens into its
+        prompt; None when prefill was never measured."""
+        line = self._line()
+        if line is None:
             return None
         spare = target_s - (self.fixed_s or 0.0)
         if spare <= 0:
             return 0
-        return round(spare / per_token) if per_token > 0 else 1 << 30
+        a, b = line
+        # n tokens from position p cost n * (a + b * (p + n / 2)): solve (b/2) n^2 + (a + b p) n = spare.
+        linear = a + b * context
+        if b <= 0:
+            return round(spare / linear) if linear > 0 else 1 << 30
+        root = 2 * spare / (linear + math.sqrt(linear * linear + 2 * b * spare))
+        return round(root)
 
 
 @dataclass(slots=True)
@@ -84,6 +113,7 @@ class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
     num_decodes: int = 0  # rows that decode one token; the rest of sum(num_tokens) is prefill
+    prefill_context: float = 0.0  # sum over prefill tokens of the context each attends to
     created_at: float = field(default_factory=time.time)  # when scheduled: ends the request's queue time
     started_at: float = field(default_factory=time.perf_counter)  # monotonic start, to time the step
 
@@ -151,16 +181,26 @@ class Scheduler:
         # Without chunking a prompt runs whole or not at all, so a smaller budget would only starve it.
         if not num_decodes or not target_ms or not self.config.enable_chunked_prefill:
             return full
-        prefill = self.cost.prefill_budget(target_ms / 1000)
+        prefill = self.cost.prefill_budget(target_ms / 1000, self._next_prefill_start())
         if prefill is None:
             return full
         floor = max(_MIN_PREFILL_CHUNK, self.block_manager.block_size)
         return min(full, num_decodes + max(prefill, floor))
 
+    def _next_prefill_start(self) -> int:
+        """Where the prompt that gets this step's prefill tokens first stands (how deep its chunk goes)."""
+        prefilling = next((s for s in self.running if not s.is_decoding), None)
+        if prefilling is not None:
+            return prefilling.num_computed_tokens
+        return self.waiting[0].num_computed_tokens if self.waiting else 0
+
     def record_step(self, out: SchedulerOutput, seconds: float) -> None:
         """The engine reports how long a scheduled step took (schedule to outputs), to size later chunks."""
-        if not out.is_empty and seconds > 0:
-            self.cost.observe(sum(out.num_tokens) - out.num_decodes, seconds)
+        if out.is_empty or seconds <= 0:
+            return
+        prefill = sum(out.num_tokens) - out.num_decodes
+        context = out.prefill_context / prefill if prefill else 0.0
+        self.cost.observe(prefill, seconds, context)
 
     def _make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
         """Preempt from the tail until seq can grow; False if seq itself had to go."""
@@ -203,6 +243,8 @@ class Scheduler:
 
     def _emit(self, out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
         out.num_decodes += seq.is_decoding
+        if not seq.is_decoding:
+            out.prefill_context += num_new * (seq.num_computed_tokens + num_new / 2)
         out.seqs.append(seq)
         out.num_tokens.append(num_new)
         out.chunks.append(

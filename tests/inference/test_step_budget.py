@@ -83,6 +83,53 @@ def test_cost_model_is_a_moving_average_where_small_chunks_weigh_less():
     assert model.per_token_s == pytest.approx(0.002 + 0.5 * 0.25 * 0.008)
 
 
+def test_cost_model_learns_how_context_raises_the_cost_of_a_token():
+    model = StepCostModel()
+    model.observe(0, 0.05)
+    for context in (50, 500, 1000, 1500, 2000):
+        model.observe(100, 0.05 + 100 * (0.001 + 2e-6 * context), context)
+    a, b = model._line() or (0.0, 0.0)
+    assert a == pytest.approx(0.001, rel=1e-6) and b == pytest.approx(2e-6, rel=1e-6)
+    # 200 ms to spend from position 0: (b/2) n^2 + a n = 0.2 -> n ~ 171; deeper, fewer tokens fit.
+    assert model.prefill_budget(0.25, 0) == 171
+    assert model.prefill_budget(0.25, 2000) == 40
+
+
+def test_cost_never_falls_with_context():
+    model = StepCostModel()
+    model.observe(0, 0.05)
+    model.observe(100, 0.05 + 0.3, 100)
+    model.observe(100, 0.05 + 0.1, 1000)  # cheaper deeper in (noise): no negative slope is learnt
+    assert (model._line() or (0.0, 1.0))[1] == 0.0
+    assert model.prefill_budget(0.25, 5000) == model.prefill_budget(0.25, 0)
+
+
+def test_chunks_stay_near_the_target_as_a_long_prompt_goes_deeper():
+    # A CPU-like cost: 20 ms fixed, 0.4 ms per token plus 0.6 ms per token per 1k tokens of context.
+    def true_cost(out):
+        return 0.02 + (out.prefill_context * 0.6e-6) + (sum(out.num_tokens) - out.num_decodes) * 0.4e-3
+
+    sched, runner = make(250.0, budget=2048, num_blocks=1024, max_len=8192)
+    stream = seq(8)
+    sched.add(stream)
+    for _ in range(4):  # its prefill, then decode steps, all timed by the same cost
+        out = run_step(sched, runner)
+        sched.record_step(out, true_cost(out))
+    long = seq(6000, start=500, arrival=1.0)
+    sched.add(long)
+    durations = []
+    while not long.is_decoding:
+        out = run_step(sched, runner)
+        seconds = true_cost(out)
+        sched.record_step(out, seconds)
+        durations.append(seconds)
+    # While the moving averages learn (a few chunks) steps may overshoot; then every chunk, ever deeper
+    # into the prompt, lands near the target instead of trailing the rising cost (a flat per-token
+    # estimate stays 10-25% over for a dozen steps here, then a few percent over to the end).
+    assert len(durations) > 40 and max(durations) < 0.25 * 1.3
+    assert max(durations[8:]) < 0.25 * 1.05
+
+
 def test_before_any_decode_only_step_the_whole_step_counts_as_prefill():
     model = StepCostModel()
     model.observe(100, 0.3)
@@ -99,9 +146,10 @@ def test_with_decodes_running_the_chunk_follows_the_measured_cost():
     # That chunk came out dearer per token (longer context, say): the next one shrinks to match.
     out = run_step(sched, runner, seconds=0.05 + 0.004 * 100)
     assert out.num_tokens == [1, 100]
-    expected = sched.cost.prefill_budget(0.25)
+    expected = sched.cost.prefill_budget(0.25, long.num_computed_tokens)
     out = run_step(sched, runner, seconds=0.05 + 0.004 * 60)
-    assert out.num_tokens[0] == 1 and out.num_tokens[1] == expected and 50 < expected < 100
+    # Dearer at a deeper context: the model expects the next, deeper chunk to cost more again.
+    assert out.num_tokens[0] == 1 and out.num_tokens[1] == expected and 16 < expected < 100
 
 
 def test_the_floor_keeps_prefill_moving_when_decodes_alone_fill_the_target():
