@@ -13,7 +13,9 @@ from webapp.chat.errors import notice_for
 from webapp.chat.generation import chat_replies
 from webapp.chat.guard import CLOSE_POLICY_VIOLATION, FrameError, FrameLimiter, UserCheck, decode_frame
 from webapp.chat.models import Conversation
+from webapp.chat.sockets import CLOSE_TOO_MANY_SOCKETS, OpenSockets
 from webapp.core.errors import InvalidRequest, MooncakeError, NotFound
+from webapp.core.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +28,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     group: str = ""
     user_check: UserCheck | None = None
     closed: bool = False
+    socket_owner: int | None = None  # the user whose socket count this socket holds
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -36,9 +39,15 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        sockets = get_runtime().service(OpenSockets)
+        if not sockets.claim(user.pk):
+            await self.close(code=CLOSE_TOO_MANY_SOCKETS)
+            return
+        self.socket_owner = user.pk
         conversation_id = int(self.scope["url_route"]["kwargs"]["conversation_id"])
         conversation = await Conversation.objects.filter(pk=conversation_id, user=user).afirst()
         if conversation is None:  # Someone else's chat looks exactly like a missing one.
+            self._release_socket()
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self.conversation = conversation
@@ -54,6 +63,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         # Leaving never stops a reply: generation belongs to the service, not to the socket.
+        self._release_socket()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -124,6 +134,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if self.closed or not await self._user_still_valid():
             return
         await self.send_json(event["payload"])
+
+    def _release_socket(self) -> None:
+        if self.socket_owner is not None:
+            get_runtime().service(OpenSockets).release(self.socket_owner)
+            self.socket_owner = None
 
     async def _user_still_valid(self) -> bool:
         """Re-read the user at most every REVALIDATE_INTERVAL_S; close the socket once the login is void."""

@@ -34,7 +34,6 @@ logger = logging.getLogger(__name__)
 
 SAVE_INTERVAL_S = 0.5
 BROADCAST_INTERVAL_S = 0.05
-DEFAULT_RATE_LIMIT_PER_MINUTE = 30
 
 BUSY_HERE = "A reply is still being written. Stop it first, or wait for it to finish."
 
@@ -70,9 +69,7 @@ class ChatReplies:
 
     def __init__(self, *, rate_limit_per_minute: int | None = None) -> None:
         if rate_limit_per_minute is None:
-            rate_limit_per_minute = int(
-                getattr(settings, "MOONCAKE_CHAT_RATE_LIMIT_PER_MINUTE", DEFAULT_RATE_LIMIT_PER_MINUTE)
-            )
+            rate_limit_per_minute = settings.MOONCAKE_CHAT_RATE_LIMIT_PER_MINUTE
         self.rate_limit_per_minute = rate_limit_per_minute
         self._running: dict[int, RunningReply] = {}
         self._reserved: set[int] = set()

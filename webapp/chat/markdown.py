@@ -73,19 +73,26 @@ def _highlight(code: str, lang: str) -> str:
     return highlight(code, lexer, _FORMATTER)
 
 
+def fence_language(info: str) -> str:
+    return info.strip().split(maxsplit=1)[0] if info.strip() else ""
+
+
+def code_block_html(body_html: str, lang: str) -> str:
+    """A code block's frame around its (already escaped or highlighted) body."""
+    return (
+        '<div class="code-block"><div class="code-head"><span>'
+        f"{escape(lang or 'text')}</span>"
+        '<button type="button" class="copy-btn" aria-label="Copy code">Copy</button></div>'
+        f'<pre class="highlight"><code>{body_html}</code></pre></div>\n'
+    )
+
+
 def _render_fence(
     self: RendererProtocol, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
 ) -> str:
     token = tokens[idx]
-    lang = token.info.strip().split(maxsplit=1)[0] if token.info.strip() else ""
-    body = _highlight(token.content, lang)
-    label = escape(lang or "text")
-    return (
-        '<div class="code-block"><div class="code-head"><span>'
-        f"{label}</span>"
-        '<button type="button" class="copy-btn" aria-label="Copy code">Copy</button></div>'
-        f'<pre class="highlight"><code>{body}</code></pre></div>\n'
-    )
+    lang = fence_language(token.info)
+    return code_block_html(_highlight(token.content, lang), lang)
 
 
 @lru_cache(maxsize=1)

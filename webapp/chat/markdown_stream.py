@@ -4,14 +4,20 @@ Re-rendering a whole reply on every update is quadratic in its length. CommonMar
 a top-level block that has been followed by another (over complete lines) can no longer change, so its HTML
 is final and rendering it alone gives the same HTML as rendering it in place. The exception is link
 reference definitions, which are global: once one appears the renderer falls back to whole renders.
-The result always equals render_markdown(text) (tests/webapp/chat/test_markdown_stream.py checks it).
+The result always equals render_markdown(text) (tests/webapp/chat/test_markdown_stream.py checks it),
+with one exception: a code block still open (no closing fence yet) and longer than
+OPEN_CODE_HIGHLIGHT_CHARS streams as escaped text, because highlighting it again on every update would
+cost the event loop more the longer it gets; it is highlighted once it closes or the reply ends.
 """
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
-from webapp.chat.markdown import parser, render_markdown, sanitize
+from webapp.chat.markdown import code_block_html, fence_language, parser, render_markdown, sanitize
+
+OPEN_CODE_HIGHLIGHT_CHARS = 2_000
 
 
 def _normalize(text: str) -> str:
@@ -59,7 +65,11 @@ class IncrementalMarkdown:
         if self._whole:
             return render_markdown(text)
         self._advance(text)
-        tail_html, has_refs = _render_piece(text[len(self._done_text) :])
+        tail = text[len(self._done_text) :]
+        open_code = _long_open_fence(tail)
+        if open_code is not None:
+            return self._done_html + open_code
+        tail_html, has_refs = _render_piece(tail)
         if has_refs or self._whole:
             self._whole = True
             return render_markdown(text)
@@ -81,3 +91,28 @@ class IncrementalMarkdown:
             return
         self._done_text += pending[:cut]
         self._done_html += html
+
+
+def _long_open_fence(tail: str) -> str | None:
+    """The escaped HTML of `tail` when it is one fenced code block, still open and long; else None."""
+    if len(tail) <= OPEN_CODE_HIGHLIGHT_CHARS or not tail.lstrip(" ").startswith(("```", "~~~")):
+        return None
+    md = parser()
+    tokens: list[Any] = []
+    md.block.parse(tail, md, {}, tokens)
+    if len(tokens) != 1 or tokens[0].type != "fence" or _fence_closed(tail, tokens[0].markup):
+        return None
+    fence = tokens[0]
+    return code_block_html(escape(fence.content), fence_language(fence.info))
+
+
+def _fence_closed(tail: str, markup: str) -> bool:
+    """Whether a line after the opening one closes the fence (CommonMark: the same character, at least
+    as long, up to three spaces of indent, nothing after but spaces)."""
+    lines = tail.split("\n")[1:]
+    return any(
+        line.strip(" ").startswith(markup)
+        and len(line) - len(line.lstrip(" ")) <= 3
+        and not line.strip(" ").lstrip(markup[0]).strip()
+        for line in lines
+    )

@@ -72,6 +72,8 @@ class ServerSettings(BaseModel):
     api_tokens_per_minute: int = Field(ge=0)
     api_max_concurrent: int = Field(ge=0)
     api_log_prompts: bool
+    chat_rate_limit_per_minute: int = Field(gt=0)
+    chat_max_sockets_per_user: int = Field(gt=0)
 
     @field_validator("api_auth", mode="before")
     @classmethod
@@ -100,6 +102,8 @@ SPECS: dict[str, Spec] = {
     "api_tokens_per_minute": Spec(0, env="MOONCAKE_API_TOKENS_PER_MINUTE"),
     "api_max_concurrent": Spec(0, env="MOONCAKE_API_MAX_CONCURRENT"),
     "api_log_prompts": Spec(False, env="MOONCAKE_API_LOG_PROMPTS"),
+    "chat_rate_limit_per_minute": Spec(30, env="MOONCAKE_CHAT_RATE_LIMIT_PER_MINUTE"),
+    "chat_max_sockets_per_user": Spec(32, env="MOONCAKE_CHAT_MAX_SOCKETS_PER_USER"),
 }
 
 # Where the production settings' defaults differ: a server facing many users gets fallback API limits

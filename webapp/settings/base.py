@@ -49,6 +49,10 @@ MOONCAKE_API_LIMITS: dict[str, int | None] = {
 }
 # Prompt text is the users' data: the request log keeps it only when an admin asks for it.
 MOONCAKE_API_LOG_PROMPTS = _server.api_log_prompts
+# Chat messages a user may send per minute (on top of the user's own limits, which chat shares with the API).
+MOONCAKE_CHAT_RATE_LIMIT_PER_MINUTE = _server.chat_rate_limit_per_minute
+# Chat sockets one user may hold open in one server process (one per open chat tab).
+MOONCAKE_CHAT_MAX_SOCKETS_PER_USER = _server.chat_max_sockets_per_user
 # When set, /metrics answers only `Authorization: Bearer <token>` (webapp.core.metrics_view); a secret,
 # so it is not part of the config report's settings.
 MOONCAKE_METRICS_TOKEN = env_str("MOONCAKE_METRICS_TOKEN", "").strip()

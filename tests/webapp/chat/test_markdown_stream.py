@@ -13,7 +13,7 @@ from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
 from webapp.chat import events, services
 from webapp.chat.generation import chat_replies
 from webapp.chat.markdown import render_markdown
-from webapp.chat.markdown_stream import IncrementalMarkdown
+from webapp.chat.markdown_stream import OPEN_CODE_HIGHLIGHT_CHARS, IncrementalMarkdown
 from webapp.chat.models import Message
 
 REALISTIC = """# Sorting in Python
@@ -192,3 +192,30 @@ async def test_streaming_updates_use_the_incremental_renderer(
     await chat_replies().wait_idle()
     assert calls and all(text.startswith("word") for text in calls)
     await ws.disconnect()
+
+
+def test_a_long_open_code_block_streams_without_highlighting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webapp.chat import markdown
+
+    highlighted: list[str] = []
+    highlight = markdown._highlight
+
+    def counting(code: str, lang: str) -> str:
+        highlighted.append(code)
+        return highlight(code, lang)
+
+    monkeypatch.setattr(markdown, "_highlight", counting)
+    code = "".join(f"def f{i}(x):\n    return x < {i} and '<b>'\n" for i in range(120))
+    head = "Here it is:\n\n```python\n"
+    renderer = IncrementalMarkdown()
+    step = 97
+    for end in range(0, len(code), step):
+        html = renderer.render(head + code[:end])
+        if len(code[:end]) > OPEN_CODE_HIGHLIGHT_CHARS + step:
+            assert "&lt;b&gt;" in html and "<b>" not in html  # escaped, never markup
+    calls_while_open = len(highlighted)
+    # Short prefixes were highlighted as usual; the long tail of updates cost no highlighting at all.
+    assert calls_while_open <= (OPEN_CODE_HIGHLIGHT_CHARS + len(head)) // step + 2
+    closed = head + code + "```\n"
+    assert renderer.render(closed) == render_markdown(closed)
+    assert len(highlighted) > calls_while_open
