@@ -72,3 +72,9 @@ test: install browsers lint
 # Serving benchmark: Mooncake vs `transformers serve --continuous-batching` (its own venv under bench/).
 bench: install
 	bench/compare.sh
+
+# Our server at two git revisions in one run (ratios head/base per round): BASE vs this working tree.
+BASE ?= HEAD~1
+.PHONY: bench-ab
+bench-ab: install
+	$(BIN)/python -m bench.ab_commits --base $(BASE)

@@ -12,12 +12,12 @@ strings, stop_token_ids and n, raises the engine's own exceptions, and records c
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import re
 import time
 import uuid
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from inference.api import (
@@ -26,6 +26,8 @@ from inference.api import (
     EngineHealth,
     EngineStats,
     Histogram,
+    ModelInfo,
+    ModelState,
     NoModelLoadedError,
     PromptTooLongError,
     QueueFullError,
@@ -275,22 +277,19 @@ class FakeEngine:
         return None, None, [token]
 
 
-@dataclass
-class FakeModelInfo:
-    name: str
-    aliases: list[str] = field(default_factory=list)
-    source: str = "fake"
-    state: str = "available"  # available|loading|loaded|unloading|restarting|failed
-    error: str | None = None
-    restarts: int = 0
-    architecture: str = "FakeForCausalLM"
-    num_params: int = 1_000
-    dtype: str = "float32"
-    size_on_disk: int = 4_000
-    memory_bytes: int = 0
-    kv_capacity_tokens: int = 0
-    requests_served: int = 0
-    last_used: float | None = None
+def fake_info(name: str, aliases: list[str], source: str) -> ModelInfo:
+    """A registry entry with the fake model's figures."""
+    return ModelInfo(
+        name=name,
+        aliases=aliases,
+        source=source,
+        architecture="FakeForCausalLM",
+        num_params=1_000,
+        dtype="float32",
+        size_on_disk=4_000,
+        memory_bytes=0,
+        kv_capacity_tokens=0,
+    )
 
 
 class FakeModelManager:
@@ -298,10 +297,12 @@ class FakeModelManager:
 
     def __init__(self, *, engine_factory: Any = None) -> None:
         self._engine_factory = engine_factory or (lambda name, config: FakeEngine(model_name=name))
-        self._infos: dict[str, FakeModelInfo] = {}
+        self._infos: dict[str, ModelInfo] = {}
         self._configs: dict[str, Any] = {}
         self._engines: dict[str, FakeEngine] = {}
         self.default_name: str | None = None
+        self.memory_budget_bytes: int | None = None
+        self.evict_lru = True
         self.loads: list[str] = []
         self.unloads: list[tuple[str, float]] = []
 
@@ -318,11 +319,19 @@ class FakeModelManager:
         self._infos[name].state = "loaded"
         self._infos[name].kv_capacity_tokens = engine.max_model_len * 4
 
-    def register(self, name: str, config: Any, *, aliases: list[str] | None = None) -> FakeModelInfo:
+    def register(
+        self,
+        name: str,
+        config: Any,
+        *,
+        aliases: list[str] | None = None,
+        keep_alive_seconds: float | None = None,
+    ) -> ModelInfo:
         if name in self._infos:
             raise ValueError(f"a model named {name!r} is already registered")
         source = str(getattr(config, "model", "fake"))
-        info = FakeModelInfo(name=name, aliases=list(aliases or []), source=source)
+        info = fake_info(name, list(aliases or []), source)
+        info.keep_alive_seconds = keep_alive_seconds
         self._infos[name] = info
         self._configs[name] = config
         if self.default_name is None:
@@ -370,10 +379,31 @@ class FakeModelManager:
     def set_default(self, name: str) -> None:
         self.default_name = self._resolve(name)
 
-    def list(self) -> list[FakeModelInfo]:
+    def list(self) -> list[ModelInfo]:
         return list(self._infos.values())
 
-    def set_state(self, name: str, state: str, error: str | None = None) -> None:
+    def reconfigure(
+        self,
+        name: str,
+        config: Any,
+        *,
+        aliases: builtins.list[str] | None = None,
+        keep_alive_seconds: float | None = None,
+        drain_timeout: float = 0.0,
+    ) -> None:
+        name = self._resolve(name)
+        self._configs[name] = config
+        if aliases is not None:
+            self._infos[name].aliases = list(aliases)
+        self._infos[name].keep_alive_seconds = keep_alive_seconds
+        if name in self._engines:  # a restart, as the real manager does
+            self.unload(name, drain_timeout=drain_timeout)
+            self.load(name)
+
+    def reap_idle(self, now: float | None = None) -> builtins.list[str]:
+        return []
+
+    def set_state(self, name: str, state: ModelState, error: str | None = None) -> None:
         """Force a model's listed state (e.g. "loading" or "failed") for health and console tests."""
         self._infos[self._resolve(name)].state = state
         self._infos[self._resolve(name)].error = error

@@ -6,7 +6,7 @@ import json
 
 from django.http import HttpResponse
 
-from webapp.core.errors import InvalidRequest, MethodNotAllowed, MooncakeError, NotFound, UnsupportedMediaType
+from webapp.core.errors import MethodNotAllowed, MooncakeError, NotFound, UnsupportedMediaType
 
 
 def error_response(exc: MooncakeError) -> HttpResponse:
@@ -43,7 +43,3 @@ def unsupported_media_type(content_type: str) -> HttpResponse:
 def route_not_found(method: str, path: str) -> HttpResponse:
     """OpenAI's answer to an unknown API path, in place of Django's HTML 404 page."""
     return error_response(NotFound(f"Invalid URL ({method} {path}).", code="unknown_url"))
-
-
-def invalid(message: str, *, param: str | None = None, code: str | None = None) -> InvalidRequest:
-    return InvalidRequest(message, param=param, code=code)

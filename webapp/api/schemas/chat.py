@@ -6,8 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from webapp.api.schemas.common import SamplingFields, Text, Usage, well_formed
+from webapp.api.schemas.common import JSONSchema, SamplingFields, Text, Usage, well_formed
 from webapp.core.sampling import TokenCount, TopLogprobs
+
+# Every message is rendered through the chat template and every tool's schema into the prompt (and, for
+# tool_choice "required", into one grammar): bounded counts keep that work proportional to real use.
+MAX_MESSAGES = 2048
+MAX_TOOLS = 128
 
 
 class TextPart(BaseModel):
@@ -64,7 +69,7 @@ class ChatMessage(BaseModel):
 class FunctionDef(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
     description: Text | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JSONSchema | None = None
     strict: StrictBool | None = None
 
 
@@ -86,7 +91,7 @@ class JSONSchemaFormat(BaseModel):
     name: str = "response"
     description: str | None = None
     # "schema" shadows a BaseModel attribute, hence the alias.
-    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    json_schema: JSONSchema | None = Field(default=None, alias="schema")
     strict: StrictBool | None = None
     model_config = ConfigDict(populate_by_name=True)
 
@@ -103,12 +108,12 @@ class ResponseFormat(BaseModel):
 
 
 class ChatCompletionRequest(SamplingFields):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: TokenCount | None = None
     logprobs: StrictBool = False
     top_logprobs: TopLogprobs | None = None
     response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: StrictBool | None = None
     add_generation_prompt: StrictBool = True

@@ -8,7 +8,8 @@ Infinity, and pydantic would let them through).
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator
 
@@ -27,6 +28,16 @@ from webapp.core.sampling import (
     TopP,
 )
 
+# A JSON schema (response_format's, or a tool's parameters) is compiled into a grammar on every request:
+# bounding its size, nesting and regexes bounds the compile's time and memory (webapp.api.services.grammar).
+MAX_JSON_SCHEMA_BYTES = 64 * 1024  # serialized compactly as UTF-8
+MAX_JSON_SCHEMA_DEPTH = 32  # nested JSON objects and arrays; the schema itself is level 1
+# llguidance intersects the regexes that apply to one value (allOf, patternProperties), and checking an
+# intersection for emptiness grows ~4x per regex, with no fuel limit on it: 10 take ~0.1 s and 30 MB, 14
+# take ~5 s and 650 MB, 16 need GBs (measured with llguidance 1.9). Counting every regex is cruder than
+# counting intersected ones, but needs no $ref resolution.
+MAX_JSON_SCHEMA_PATTERNS = 10  # "pattern" values plus "patternProperties" keys
+
 
 def well_formed(text: str) -> str:
     """Refuse a lone surrogate (JSON "\\ud800"): it is not Unicode text; tokenizers and UTF-8 choke on it."""
@@ -38,6 +49,44 @@ def well_formed(text: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(well_formed)]
+
+
+def _depth_and_patterns(schema: dict[str, Any]) -> tuple[int, int]:
+    """The nesting depth and regex count of `schema`, walked iteratively and stopping past the limits."""
+    depth, patterns = 0, 0
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack and depth <= MAX_JSON_SCHEMA_DEPTH:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            depth = max(depth, level)
+            if isinstance(node.get("pattern"), str):
+                patterns += 1
+            if isinstance(node.get("patternProperties"), dict):
+                patterns += len(node["patternProperties"])
+            stack.extend((value, level + 1) for value in node.values())
+        elif isinstance(node, list):
+            depth = max(depth, level)
+            stack.extend((value, level + 1) for value in node)
+    return depth, patterns
+
+
+def bounded_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a JSON schema too big, too deep or with too many regexes to compile into a grammar quickly."""
+    depth, patterns = _depth_and_patterns(schema)
+    if depth > MAX_JSON_SCHEMA_DEPTH:
+        raise ValueError(f"the JSON schema is nested more than {MAX_JSON_SCHEMA_DEPTH} levels deep")
+    size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > MAX_JSON_SCHEMA_BYTES:
+        raise ValueError(f"the JSON schema is {size} bytes; at most {MAX_JSON_SCHEMA_BYTES} are allowed")
+    if patterns > MAX_JSON_SCHEMA_PATTERNS:
+        raise ValueError(
+            f"the JSON schema has {patterns} regular expressions (pattern, patternProperties); "
+            f"at most {MAX_JSON_SCHEMA_PATTERNS} are allowed"
+        )
+    return schema
+
+
+JSONSchema = Annotated[dict[str, Any], AfterValidator(bounded_schema)]
 
 
 class StreamOptions(BaseModel):

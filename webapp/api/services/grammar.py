@@ -21,10 +21,25 @@ if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
 
 from inference.api import EngineClient
-from webapp.api.errors import invalid
+from webapp.core.errors import InvalidRequest
 
 # JSON without free whitespace: a small model cannot stall the output in an endless run of spaces.
 _JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
+# llguidance's own bounds on compiling and masking (it has no wall-clock timeout), set explicitly so they
+# are visible here; the values are the library's defaults with its costs, except verbose_errors, which
+# would put the parser state and grammar into 400 messages. Past one, the compile fails cleanly (a 400).
+# Schema size, depth and regex count are bounded before this, in webapp.api.schemas.common.
+_LIMITS = llguidance.LLParserLimits(
+    max_items_in_row=2_000,  # alternatives in one grammar rule (an enum's values)
+    initial_lexer_fuel=1_000_000,  # building the lexer's regexes: ~20 ms
+    step_lexer_fuel=200_000,  # one token's mask, lexer part: ~15 ms
+    step_max_items=50_000,  # one token's mask, parser part: ~2.5 ms
+    max_lexer_states=250_000,  # ~1-2 kB each
+    max_grammar_size=500_000,  # symbols in the compiled grammar
+    verbose_errors=False,
+)
+# A compile error can quote an expanded regex of any length: clients get the start of it.
+_MAX_ERROR_CHARS = 300
 # Matcher states older than this many tokens behind the newest cannot be asked for again in lockstep decoding.
 _KEEP_BEHIND = 2
 
@@ -57,11 +72,16 @@ def json_schema_grammar(schema: dict[str, Any] | None, *, param: str) -> str:
             json.dumps(effective), overrides=_JSON_OPTIONS
         )
     except ValueError as exc:
-        raise invalid(f"invalid JSON schema: {exc}", param=param) from exc
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+        raise InvalidRequest(f"invalid JSON schema: {_short(str(exc))}", param=param) from exc
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, limits=_LIMITS)
     if is_error:
-        raise invalid(f"unsupported JSON schema: {messages[0] if messages else 'invalid'}", param=param)
+        reason = _short(messages[0] if messages else "invalid")
+        raise InvalidRequest(f"unsupported JSON schema: {reason}", param=param)
     return grammar
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= _MAX_ERROR_CHARS else message[:_MAX_ERROR_CHARS] + "..."
 
 
 class GrammarLogitsProcessor:
@@ -70,9 +90,10 @@ class GrammarLogitsProcessor:
     def __init__(self, tokenizer: llguidance.LLTokenizer, grammar: str, *, prompt_len: int) -> None:
         self._prompt_len = prompt_len
         self._grammar = grammar
-        self._root = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        self._root = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=_LIMITS)
         if self._root.is_error():
-            raise invalid(f"could not compile the grammar: {self._root.get_error()}", param="response_format")
+            error = _short(self._root.get_error())
+            raise InvalidRequest(f"could not compile the grammar: {error}", param="response_format")
         self._states: dict[tuple[int, ...], llguidance.LLMatcher] = {(): self._root}
         self._lock = threading.Lock()
         self._n_vocab = tokenizer.vocab_size
