@@ -47,6 +47,7 @@ def runtime() -> Iterator[Runtime]:
     previous = install_runtime(fresh)
     yield fresh
     fresh.jobs.wait_all(timeout=30)
+    fresh.close_services()
     install_runtime(previous)
 
 

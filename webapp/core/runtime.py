@@ -103,6 +103,18 @@ class Runtime:
                 self._services[cls] = (factory or cls)()
             return self._services[cls]
 
+    def close_services(self) -> None:
+        """Close every service that holds something outside the process's memory (children, files)."""
+        with self._lock:
+            services = list(self._services.values())
+        for service in reversed(services):
+            close = getattr(service, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    logger.exception("Closing %s failed", type(service).__name__)
+
     # ---- start and stop -----------------------------------------------------------------------------
 
     def start(self, *, reap_interval: float = REAP_INTERVAL_SECONDS) -> None:
@@ -180,6 +192,7 @@ class Runtime:
         Returns the models still loading at the end (none, normally). Safe to call more than once."""
         self._stopping.set()
         self.jobs.wait_all(timeout=load_wait)
+        self.close_services()
         manager = self._manager
         if manager is None:
             return []

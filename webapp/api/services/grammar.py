@@ -21,23 +21,16 @@ if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
 
 from inference.api import EngineClient
+from webapp.api.services.grammar_sandbox import GrammarSandbox, GrammarTooComplex, parser_limits
 from webapp.core.errors import InvalidRequest
+from webapp.core.runtime import get_runtime
 
 # JSON without free whitespace: a small model cannot stall the output in an endless run of spaces.
 _JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
-# llguidance's own bounds on compiling and masking (it has no wall-clock timeout), set explicitly so they
-# are visible here; the values are the library's defaults with its costs, except verbose_errors, which
-# would put the parser state and grammar into 400 messages. Past one, the compile fails cleanly (a 400).
-# Schema size, depth and regex count are bounded before this, in webapp.api.schemas.common.
-_LIMITS = llguidance.LLParserLimits(
-    max_items_in_row=2_000,  # alternatives in one grammar rule (an enum's values)
-    initial_lexer_fuel=1_000_000,  # building the lexer's regexes: ~20 ms
-    step_lexer_fuel=200_000,  # one token's mask, lexer part: ~15 ms
-    step_max_items=50_000,  # one token's mask, parser part: ~2.5 ms
-    max_lexer_states=250_000,  # ~1-2 kB each
-    max_grammar_size=500_000,  # symbols in the compiled grammar
-    verbose_errors=False,
-)
+# llguidance's bounds on compiling and masking (webapp.api.services.grammar_sandbox sets them). Schema
+# size, depth and regex count are bounded before this, in webapp.api.schemas.common, and each grammar is
+# validated in a sandboxed child under a time and memory limit before it is compiled here.
+_LIMITS = parser_limits()
 # A compile error can quote an expanded regex of any length: clients get the start of it.
 _MAX_ERROR_CHARS = 300
 # Matcher states older than this many tokens behind the newest cannot be asked for again in lockstep decoding.
@@ -73,10 +66,12 @@ def json_schema_grammar(schema: dict[str, Any] | None, *, param: str) -> str:
         )
     except ValueError as exc:
         raise InvalidRequest(f"invalid JSON schema: {_short(str(exc))}", param=param) from exc
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, limits=_LIMITS)
+    try:
+        is_error, message = get_runtime().service(GrammarSandbox).validate(grammar)
+    except GrammarTooComplex as exc:
+        raise InvalidRequest(f"unsupported JSON schema: too complex to compile ({exc})", param=param) from exc
     if is_error:
-        reason = _short(messages[0] if messages else "invalid")
-        raise InvalidRequest(f"unsupported JSON schema: {reason}", param=param)
+        raise InvalidRequest(f"unsupported JSON schema: {_short(message or 'invalid')}", param=param)
     return grammar
 
 
