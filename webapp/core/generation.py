@@ -11,18 +11,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from inference.api import EngineClient, RequestOutput, SamplingParams
 from webapp.core.errors import from_engine_error
-from webapp.core.limits import Admission, Bucket, Limits, RateLimiter
+from webapp.core.limits import Admission, Bucket, Limiter, Limits
 from webapp.core.streams import Generation, merged, new_request_id, start_all
 
 logger = logging.getLogger(__name__)
 
 Job = TypeVar("Job", bound="Prepared")
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -62,7 +63,7 @@ class Usage:
 class GenerationRun(Generic[Job]):
     """An admitted request: its engine, its prepared job, its engine requests and its accounting."""
 
-    def __init__(self, limiter: RateLimiter, admission: Admission, endpoint: str) -> None:
+    def __init__(self, limiter: Limiter, admission: Admission, endpoint: str) -> None:
         self._limiter = limiter
         self._admission = admission
         self.endpoint = endpoint
@@ -112,9 +113,13 @@ class GenerationRun(Generic[Job]):
         self._closed = True
         self.usage = usage_of(self.generations, self.started)
         try:
-            self._limiter.add_tokens(self._admission, self.usage.total_tokens)
-        finally:
-            self._limiter.release(self._admission)
+            await _call(self._limiter, self._limiter.add_tokens, self._admission, self.usage.total_tokens)
+        except Exception:  # a store gone away must not fail a served answer (its slot's lease ends it)
+            logger.exception("Counting %s tokens failed", self.endpoint)
+        try:
+            await _call(self._limiter, self._limiter.release, self._admission)
+        except Exception:
+            logger.exception("Releasing a %s slot failed", self.endpoint)
         for callback in self._on_close:
             try:
                 await callback(self)
@@ -136,19 +141,21 @@ def usage_of(generations: list[Generation], started: float) -> Usage:
 
 class GenerationService:
     def __init__(
-        self, *, limiter: RateLimiter, engine_for: Callable[[str | None], Awaitable[EngineClient]]
+        self, *, limiter: Limiter, engine_for: Callable[[str | None], Awaitable[EngineClient]]
     ) -> None:
         self.limiter = limiter
         self._engine_for = engine_for
 
-    @contextlib.contextmanager
-    def admitted(self, checks: Sequence[tuple[Bucket, Limits]], *, sequences: int = 1) -> Iterator[Admission]:
+    @contextlib.asynccontextmanager
+    async def admitted(
+        self, checks: Sequence[tuple[Bucket, Limits]], *, sequences: int = 1
+    ) -> AsyncIterator[Admission]:
         """Hold an admission for work that is not a generation (tokenizer calls count as requests)."""
-        admission = self.limiter.admit(checks, weight=sequences)
+        admission = await _call(self.limiter, self.limiter.admit, checks, weight=sequences)
         try:
             yield admission
         finally:
-            self.limiter.release(admission)
+            await _call(self.limiter, self.limiter.release, admission)
 
     async def engine(self, model: str | None) -> EngineClient:
         """The loaded engine for `model` (None: the default), errors in the hierarchy."""
@@ -162,7 +169,7 @@ class GenerationService:
 
         Limits come first: a refused request costs no template, tokenizer or grammar work.
         """
-        run = self._admit(request)
+        run = await self._admit(request)
         try:
             run.engine = await self.engine(request.model)
             run.job = await request.prepare(run.engine)
@@ -173,7 +180,7 @@ class GenerationService:
 
     async def start(self, request: GenerationRequest[Job]) -> GenerationRun[Job]:
         """prepare() and submit() in one, the run closed if either fails."""
-        run = self._admit(request)
+        run = await self._admit(request)
         try:
             run.engine = engine = await self.engine(request.model)
             # Announced until submitted: an idle engine lets a burst of requests gather into one first
@@ -186,6 +193,15 @@ class GenerationService:
             raise
         return run
 
-    def _admit(self, request: GenerationRequest[Job]) -> GenerationRun[Job]:
-        admission = self.limiter.admit(request.limit_checks, weight=request.sequences)
+    async def _admit(self, request: GenerationRequest[Job]) -> GenerationRun[Job]:
+        admission = await _call(
+            self.limiter, self.limiter.admit, request.limit_checks, weight=request.sequences
+        )
         return GenerationRun(self.limiter, admission, request.endpoint)
+
+
+async def _call(limiter: Limiter, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A limiter call: direct for the in-process one, on a thread when it is a network round trip."""
+    if limiter.local:
+        return method(*args, **kwargs)
+    return await asyncio.to_thread(method, *args, **kwargs)

@@ -1,8 +1,8 @@
 """Per-key and per-user limits: requests/min, tokens/min and concurrent sequences, enforced with 429s.
 
 Chat, the API and the tokenizer endpoints all pass through one limiter, before any work is done for the
-request. Counters live in this process: each replica owns its own engines, and a replica's share of a
-limit is a deliberate approximation rather than a cross-replica store on every request.
+request. RateLimiter counts in this process (one replica); webapp.core.redis_limits counts in Redis, so
+that several replicas enforce one limit together. Both decide the same way and raise the same errors.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from webapp.core.errors import InvalidRequest, RateLimited
 
@@ -53,9 +54,53 @@ class Admission:
 
     buckets: tuple[Bucket, ...]
     weight: int = 1
+    id: str = ""  # the shared store's handle on this admission's concurrency slot
+
+
+class Limiter(Protocol):
+    # False when a call leaves the process (a network round trip): callers on the event loop use a thread.
+    local: bool
+
+    def admit(self, checks: Sequence[tuple[Bucket, Limits]], *, weight: int = 1) -> Admission: ...
+    def add_tokens(self, admission: Admission, tokens: int) -> None: ...
+    def release(self, admission: Admission) -> None: ...
+    def reset(self) -> None: ...
+
+
+def requests_limited(rpm: int, retry_after: float) -> RateLimited:
+    return RateLimited(
+        f"Rate limit reached: {rpm} requests per minute.", retry_after=retry_after, code="requests_per_minute"
+    )
+
+
+def tokens_limited(tpm: int, retry_after: float) -> RateLimited:
+    return RateLimited(
+        f"Rate limit reached: {tpm} tokens per minute.", retry_after=retry_after, code="tokens_per_minute"
+    )
+
+
+def concurrency_limited(cap: int) -> RateLimited:
+    return RateLimited(
+        f"Too many concurrent requests (limit {cap}).",
+        retry_after=CONCURRENCY_RETRY_AFTER_S,
+        code="concurrent_requests",
+    )
+
+
+def never_fits(weight: int, cap: int) -> InvalidRequest:
+    # Waiting would never help: a client error, not a 429 to retry.
+    return InvalidRequest(
+        f"This request asks for {weight} sequences at once; this account may run at most {cap}.",
+        param="n",
+        code="concurrent_requests",
+    )
 
 
 class RateLimiter:
+    """The in-process limiter: one replica's counters."""
+
+    local = True
+
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
@@ -79,11 +124,7 @@ class RateLimiter:
         rpm = limits.requests_per_minute
         if rpm is not None and len(c.request_times) >= rpm:
             oldest = c.request_times[len(c.request_times) - rpm] if rpm else now
-            raise RateLimited(
-                f"Rate limit reached: {rpm} requests per minute.",
-                retry_after=oldest + WINDOW_S - now,
-                code="requests_per_minute",
-            )
+            raise requests_limited(rpm, oldest + WINDOW_S - now)
         tpm = limits.tokens_per_minute
         if tpm is not None and c.tokens() >= tpm:
             # Wait until enough tokens leave the window to get back under the limit.
@@ -93,23 +134,12 @@ class RateLimiter:
                 if excess < 0:
                     wait = t + WINDOW_S - now
                     break
-            raise RateLimited(
-                f"Rate limit reached: {tpm} tokens per minute.", retry_after=wait, code="tokens_per_minute"
-            )
+            raise tokens_limited(tpm, wait)
         cap = limits.max_concurrent_requests
         if cap and weight > cap:
-            # Waiting would never help: a client error, not a 429 to retry.
-            raise InvalidRequest(
-                f"This request asks for {weight} sequences at once; this account may run at most {cap}.",
-                param="n",
-                code="concurrent_requests",
-            )
+            raise never_fits(weight, cap)
         if cap is not None and weight and c.active + weight > cap:
-            raise RateLimited(
-                f"Too many concurrent requests (limit {cap}).",
-                retry_after=CONCURRENCY_RETRY_AFTER_S,
-                code="concurrent_requests",
-            )
+            raise concurrency_limited(cap)
 
     def add_tokens(self, admission: Admission, tokens: int) -> None:
         if tokens <= 0:

@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from django.conf import settings
+
 from inference.api import EngineClient, ModelManagerClient
 from webapp.core.generation import GenerationService
 from webapp.core.jobs import ProcessJobs
-from webapp.core.limits import RateLimiter
+from webapp.core.limits import Limiter, RateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,15 @@ def _build_manager() -> ModelManagerClient:
     return build_manager(on_loaded=run_load_hooks)
 
 
+def make_limiter() -> Limiter:
+    """Redis when the replicas share one (REDIS_URL), so they enforce one limit; else this process."""
+    if not settings.REDIS_URL:
+        return RateLimiter()
+    from webapp.core.redis_limits import RedisRateLimiter  # redis-py: installed with the prod extra
+
+    return RedisRateLimiter.from_url(settings.REDIS_URL)
+
+
 class Runtime:
     def __init__(self, *, manager_factory: Callable[[], ModelManagerClient] = _build_manager) -> None:
         self._lock = threading.Lock()
@@ -67,7 +78,7 @@ class Runtime:
         self._services: dict[type[Any], Any] = {}
         self._stopping = threading.Event()
         self.threads: list[threading.Thread] = []
-        self.limiter = RateLimiter()
+        self.limiter = make_limiter()
         self.jobs = ProcessJobs()
         self.generation = GenerationService(limiter=self.limiter, engine_for=self.get_engine)
         # "An account exists", cached once true: the first-run redirect stops checking the database.

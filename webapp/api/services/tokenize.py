@@ -19,7 +19,7 @@ from webapp.core.runtime import get_runtime
 
 async def tokenize(caller: Caller, payload: TokenizeRequest) -> TokenizeResponse:
     service = get_runtime().generation
-    with service.admitted(caller.limit_checks, sequences=0):
+    async with service.admitted(caller.limit_checks, sequences=0):
         engine = await service.engine(payload.model)
         tokens = await asyncio.to_thread(_tokens, engine, payload)
     return TokenizeResponse(count=len(tokens), max_model_len=int(engine.max_model_len), tokens=tokens)
@@ -35,7 +35,7 @@ def _tokens(engine: EngineClient, payload: TokenizeRequest) -> list[int]:
 
 async def detokenize(caller: Caller, payload: DetokenizeRequest) -> DetokenizeResponse:
     service = get_runtime().generation
-    with service.admitted(caller.limit_checks, sequences=0):
+    async with service.admitted(caller.limit_checks, sequences=0):
         engine = await service.engine(payload.model)
         vocab = vocab_size(engine)
         bad = next((t for t in payload.tokens if not 0 <= t < vocab), None)
