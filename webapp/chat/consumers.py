@@ -8,7 +8,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from webapp.chat import events
+from webapp.chat import events, selectors
 from webapp.chat.errors import notice_for
 from webapp.chat.generation import chat_replies
 from webapp.chat.guard import CLOSE_POLICY_VIOLATION, FrameError, FrameLimiter, UserCheck, decode_frame
@@ -55,11 +55,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.group = events.group_name(conversation_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        # A tab that (re)opens mid-reply gets the reply so far from memory, then follows the group.
+        # A tab that (re)opens mid-reply gets the reply so far, then follows the group: from memory when the
+        # reply runs in this process, else as another replica last saved it.
         reply = chat_replies().running(conversation_id)
         if reply is not None:
             await self.send_json(reply.upsert())
-        await self.send_json(events.state(running=reply is not None))
+            await self.send_json(events.state(running=True))
+            return
+        elsewhere = await database_sync_to_async(selectors.streaming_reply)(conversation=conversation)
+        if elsewhere is not None:
+            await self.send_json(await database_sync_to_async(events.upsert)(elsewhere))
+        await self.send_json(events.state(running=elsewhere is not None))
 
     async def disconnect(self, code: int) -> None:
         # Leaving never stops a reply: generation belongs to the service, not to the socket.

@@ -25,6 +25,7 @@ from webapp.chat import errors, events, selectors, services
 from webapp.chat.admission import admit_send, check_length
 from webapp.chat.markdown_stream import IncrementalMarkdown
 from webapp.chat.models import Conversation, Message
+from webapp.chat.replicas import ReplyCoordinator
 from webapp.chat.titles import TitleWriter
 from webapp.core.errors import Conflict, InvalidRequest
 from webapp.core.generation import GenerationRun, Prepared
@@ -73,6 +74,8 @@ class ChatReplies:
         self.rate_limit_per_minute = rate_limit_per_minute
         self._running: dict[int, RunningReply] = {}
         self._reserved: set[int] = set()
+        # Other replicas: the lease that says a reply runs, and stops sent from elsewhere.
+        self.replicas = ReplyCoordinator(stop_local=self._stop_here)
         self.titles = TitleWriter()
 
     def running(self, conversation_id: int) -> RunningReply | None:
@@ -134,7 +137,14 @@ class ChatReplies:
                 await self._start(conversation, run)
 
     async def stop(self, conversation_id: int) -> bool:
-        """Abort the chat's running reply now; returns once it is saved as stopped."""
+        """Abort the chat's running reply. Here: returns once it is saved as stopped. On another replica:
+        asks that one, which stops it within a step and tells every socket of the chat."""
+        if conversation_id in self._running:
+            return await self._stop_here(conversation_id)
+        await self.replicas.request_stop(conversation_id)
+        return False
+
+    async def _stop_here(self, conversation_id: int) -> bool:
         reply = self._running.get(conversation_id)
         if reply is None or reply.task is None:
             return False
@@ -156,12 +166,19 @@ class ChatReplies:
 
     @contextlib.asynccontextmanager
     async def _reservation(self, conversation: Conversation) -> AsyncIterator[None]:
-        # Claimed before the first await so two quick sends cannot both start a reply.
+        # Claimed here before the first await so two quick sends cannot both start a reply; then the lease
+        # makes it so on every replica. Unless a reply started, the lease is given back.
         if conversation.pk in self._reserved or conversation.pk in self._running:
             raise Conflict(BUSY_HERE, code="busy")
         self._reserved.add(conversation.pk)
         try:
-            yield
+            if not await self.replicas.take(conversation.pk):
+                raise Conflict(BUSY_HERE, code="busy")
+            try:
+                yield
+            finally:
+                if conversation.pk not in self._running:
+                    await asyncio.shield(self.replicas.give_back(conversation.pk))
         finally:
             self._reserved.discard(conversation.pk)
 
@@ -173,9 +190,12 @@ class ChatReplies:
         reply = RunningReply(conversation.pk, message, run)
         self._running[conversation.pk] = reply
         try:
+            await self.replicas.started(conversation.pk)
             await events.broadcast(conversation.pk, events.upsert(message), events.state(running=True))
         except BaseException:
             self._running.pop(conversation.pk, None)
+            with contextlib.suppress(Exception):
+                await self.replicas.finished(conversation.pk)
             raise
         reply.task = asyncio.create_task(self._run(reply, conversation))
 
@@ -235,6 +255,10 @@ class ChatReplies:
             logger.exception("Saving the final state of reply %s failed", message.pk)
         finally:
             self._running.pop(reply.conversation_id, None)
+            try:
+                await self.replicas.finished(reply.conversation_id)
+            except Exception:  # the lease lapses by itself; the chat is usable again after LEASE_S
+                logger.exception("Giving back the lease of chat %s failed", reply.conversation_id)
         await events.broadcast(reply.conversation_id, events.upsert(message), events.state(running=False))
         if message.status == Message.Status.COMPLETE and not conversation.title_is_custom:
             self.titles.maybe_start(conversation_id=reply.conversation_id, engine=reply.engine)

@@ -18,6 +18,9 @@ class Conversation(models.Model):
     max_tokens = models.PositiveIntegerField(default=512)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # While a reply is generating, the replica running it holds this lease and renews it: every replica
+    # reads "a reply is running" from here, and a replica that dies lets it lapse.
+    reply_lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-updated_at", "-id"]

@@ -11,6 +11,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 
+from webapp.chat.leases import reply_is_live
 from webapp.chat.models import Conversation, Message
 from webapp.core.runtime import get_runtime
 from webapp.core.selectors import model_defaults
@@ -76,16 +77,23 @@ def conversation_page(*, user: User, query: str = "", page: int = 1) -> Page[Con
     return paginator.get_page(page)
 
 
-def conversation_messages(
-    *, conversation: Conversation, running_message_id: int | None = None
-) -> list[Message]:
-    """The chat in order. A reply still "streaming" that is not `running_message_id` lost its generator
-    (the server restarted mid-reply): it reads as stopped, so the page does not spin forever."""
+def conversation_messages(*, conversation: Conversation) -> list[Message]:
+    """The chat in order. A reply still "streaming" while no replica holds the chat's lease lost its
+    generator (its server stopped mid-reply): it reads as interrupted, so the page does not spin forever.
+    One that some replica runs, here or elsewhere, reads as streaming."""
+    live = reply_is_live(conversation)
     messages = list(conversation.messages.order_by("id"))
     for message in messages:
-        if message.status == Message.Status.STREAMING and message.pk != running_message_id:
+        if message.status == Message.Status.STREAMING and not live:
             message.status, message.finish_reason = Message.Status.STOPPED, "interrupted"
     return messages
+
+
+def streaming_reply(*, conversation: Conversation) -> Message | None:
+    """The reply some replica is generating for this chat, as last saved; None when none runs."""
+    if not reply_is_live(conversation):
+        return None
+    return conversation.messages.filter(status=Message.Status.STREAMING).order_by("-id").first()
 
 
 def draft_conversation(*, user: User) -> Conversation | None:

@@ -18,7 +18,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from webapp.chat import selectors, services, transfer
 from webapp.chat.forms import ImportForm, RenameForm, SettingsForm
-from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation
 from webapp.core.errors import InvalidRequest
 
@@ -77,11 +76,8 @@ def new(request: HttpRequest) -> HttpResponse:
 @require_GET
 def detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
-    reply = chat_replies().running(conversation.pk)
     query = request.GET.get("q", "")
-    messages_list = selectors.conversation_messages(
-        conversation=conversation, running_message_id=reply.message.pk if reply else None
-    )
+    messages_list = selectors.conversation_messages(conversation=conversation)
     context = {
         **_settings_context(conversation),
         "messages_list": messages_list,

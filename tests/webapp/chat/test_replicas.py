@@ -1,0 +1,145 @@
+"""A chat reply belongs to the conversation, not to a process: two ChatReplies stand in for two replicas,
+sharing the database and the channel layer (in memory, and Redis as replicas use it)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from tests.webapp.chat.fakes import FakeEngine
+from tests.webapp.chat.wsutil import open_socket, receive_until
+from webapp.chat import leases, selectors, services
+from webapp.chat.generation import ChatReplies, chat_replies
+from webapp.chat.models import Conversation, Message
+from webapp.core.errors import Conflict
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def layer(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    if request.param == "redis":
+        request.getfixturevalue("redis_channel_layer")
+    yield request.param
+
+
+@pytest.fixture
+def chat() -> Conversation:
+    user = User.objects.create_user("alice", password="pw-123456789")
+    return services.conversation_create(user=user)
+
+
+def slow(engine: FakeEngine) -> None:
+    engine.delay = 0.02
+    engine.reply = " ".join(["word"] * 400)
+
+
+async def fresh(chat: Conversation) -> Conversation:
+    return await Conversation.objects.aget(pk=chat.pk)
+
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(0.02)
+
+
+async def test_a_second_send_is_refused_on_another_replica(
+    layer: str, fake_engine: FakeEngine, chat: Conversation
+) -> None:
+    slow(fake_engine)
+    here, elsewhere = chat_replies(), ChatReplies()
+    await here.send(conversation=chat, content="first")
+    with pytest.raises(Conflict) as info:
+        await elsewhere.send(conversation=await fresh(chat), content="second")
+    assert info.value.code == "busy"
+    assert await Message.objects.filter(role="user").acount() == 1  # the refused send saved nothing
+    await here.stop(chat.pk)
+    await here.wait_idle()
+
+
+async def test_stop_on_another_replica_stops_the_reply(
+    layer: str, fake_engine: FakeEngine, chat: Conversation
+) -> None:
+    slow(fake_engine)
+    running, other = ChatReplies(), chat_replies()
+    await running.send(conversation=chat, content="go")
+    await until(lambda: Message.objects.filter(role="assistant", content__contains="word").aexists())
+    assert other.running(chat.pk) is None
+    await other.stop(chat.pk)  # sent through the channel layer to the replica running it
+    await asyncio.wait_for(running.wait_idle(), 5)
+    reply = await Message.objects.aget(role="assistant")
+    assert reply.status == Message.Status.STOPPED and reply.finish_reason == "abort"
+    assert fake_engine.aborted and (await fresh(chat)).reply_lease_until is None
+    # The chat is free again on every replica.
+    fake_engine.delay, fake_engine.reply = 0.0, "Done."
+    await other.send(conversation=await fresh(chat), content="again")
+    await other.wait_idle()
+
+
+async def test_a_page_load_elsewhere_sees_the_live_reply_streaming(
+    layer: str, fake_engine: FakeEngine, chat: Conversation
+) -> None:
+    slow(fake_engine)
+    running = ChatReplies()
+    await running.send(conversation=chat, content="go")
+    await until(lambda: Message.objects.filter(role="assistant", content__contains="word").aexists())
+    shown = await sync_to_async(selectors.conversation_messages)(conversation=await fresh(chat))
+    assert shown[-1].status == Message.Status.STREAMING  # not "interrupted": another replica runs it
+    # A socket on this replica gets the reply so far (as last saved) and the running state.
+    user = await User.objects.aget(username="alice")
+    ws = await open_socket(user, chat.pk)
+    assert (await ws.connect())[0]
+    first = await ws.receive_json_from()
+    assert first["type"] == "upsert" and "word" in first["html"]
+    assert await ws.receive_json_from() == {"type": "state", "running": True}
+    await running.stop(chat.pk)
+    await running.wait_idle()
+    await receive_until(ws, lambda e: e == {"type": "state", "running": False})
+    await ws.disconnect()
+
+
+async def test_a_dead_replicas_reply_reads_interrupted_and_the_chat_is_usable(
+    layer: str, fake_engine: FakeEngine, chat: Conversation
+) -> None:
+    # What a replica killed mid-reply leaves: its reply streaming, its lease lapsing.
+    await sync_to_async(services.user_message_create)(conversation=chat, content="hi")
+    orphan = await sync_to_async(services.assistant_message_create)(conversation=chat, model="m")
+    orphan.content = "Half a rep"
+    await sync_to_async(services.assistant_message_save)(message=orphan)
+    lapsed = timezone.now() - dt.timedelta(seconds=1)
+    await Conversation.objects.filter(pk=chat.pk).aupdate(reply_lease_until=timezone.now() + dt.timedelta(60))
+    assert (await sync_to_async(selectors.conversation_messages)(conversation=await fresh(chat)))[
+        -1
+    ].status == Message.Status.STREAMING
+    with pytest.raises(Conflict):
+        await chat_replies().send(conversation=await fresh(chat), content="not yet")
+    await Conversation.objects.filter(pk=chat.pk).aupdate(reply_lease_until=lapsed)
+    shown = await sync_to_async(selectors.conversation_messages)(conversation=await fresh(chat))
+    assert shown[-1].status == Message.Status.STOPPED and shown[-1].content == "Half a rep"
+    await chat_replies().send(conversation=await fresh(chat), content="again")
+    await chat_replies().wait_idle()
+    await orphan.arefresh_from_db()
+    assert orphan.status == Message.Status.STOPPED and orphan.finish_reason == "interrupted"
+
+
+async def test_the_running_replica_renews_its_lease(
+    layer: str, fake_engine: FakeEngine, chat: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow(fake_engine)
+    monkeypatch.setattr(leases, "RENEW_S", 0.05)
+    monkeypatch.setattr(leases, "LEASE_S", 0.5)
+    running = chat_replies()
+    await running.send(conversation=chat, content="go")
+    await asyncio.sleep(1.0)  # twice the lease: only renewals keep it
+    assert leases.reply_is_live(await fresh(chat))
+    await running.stop(chat.pk)
+    await running.wait_idle()
+    assert (await fresh(chat)).reply_lease_until is None
