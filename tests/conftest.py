@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 if TYPE_CHECKING:
+    from tests.services import Service
     from tests.webapp.fake_engine import FakeEngine, FakeModelManager
     from webapp.core.runtime import Runtime
 
@@ -36,6 +37,38 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     owned = os.environ.get("MOONCAKE_TEST_OWNS_DATA")
     if owned and Path(owned).name.startswith("mooncake-test-"):
         shutil.rmtree(owned, ignore_errors=True)
+
+
+# ---- MOONCAKE_TEST_DATABASE=postgres: the whole session on a throwaway PostgreSQL ------------------------
+
+_POSTGRES_KEY: pytest.StashKey[Service] = pytest.StashKey()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    choice = os.environ.get("MOONCAKE_TEST_DATABASE", "sqlite")
+    if choice == "sqlite" or config.getoption("help") or config.getoption("version", 0):
+        return
+    if choice != "postgres":
+        pytest.exit(f"MOONCAKE_TEST_DATABASE={choice!r}: use sqlite or postgres", returncode=4)
+    from tests import services
+
+    reason = services.postgres_skip_reason()
+    if reason:
+        # Not an error: without root nothing installed PostgreSQL. Never fall back to SQLite silently.
+        pytest.exit(f"PostgreSQL pass skipped: {reason}", returncode=0)
+    try:
+        server = services.start_postgres()
+    except services.ServiceError as exc:
+        pytest.exit(f"MOONCAKE_TEST_DATABASE=postgres, but PostgreSQL did not start: {exc}", returncode=3)
+    config.stash[_POSTGRES_KEY] = server
+    services.use_database_url(server.url)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = config.stash.get(_POSTGRES_KEY, None)
+    if server is not None:
+        server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -67,6 +100,50 @@ def fake_manager(fake_engine: FakeEngine, runtime: Runtime) -> Iterator[FakeMode
     runtime.install_manager(manager)
     yield manager
     runtime.install_manager(None)
+
+
+# ---- a throwaway Redis, one per session ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[Service]:
+    """One redis-server for the session; skipped (with the reason) where none can run."""
+    from tests import services
+
+    reason = services.redis_skip_reason()
+    if reason:
+        pytest.skip(f"Redis tests skipped: {reason}")
+    try:
+        server = services.start_redis()
+    except services.ServiceError as exc:
+        pytest.fail(f"redis-server did not start: {exc}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: Service) -> str:
+    """The session Redis's URL, its database emptied first so no test sees another's keys."""
+    import redis
+
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushdb()
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_channel_layer(redis_url: str, settings: Any) -> Iterator[Any]:
+    """CHANNEL_LAYERS on channels_redis for this test: what replicas sharing one chat group use."""
+    from channels.layers import channel_layers, get_channel_layer
+
+    # Channels caches layer instances; changing the setting drops them (its setting_changed hook),
+    # and the settings fixture's restore drops the Redis one again after the test.
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis_url]}}
+    }
+    channel_layers.backends.clear()
+    yield get_channel_layer()
+    channel_layers.backends.clear()
 
 
 # ---- a real server --------------------------------------------------------------------------------------

@@ -36,6 +36,9 @@ def first_admin_create(*, username: str, email: str, password: str) -> User:
 @transaction.atomic
 def _first_admin_create_locked(*, username: str, email: str, password: str) -> User:
     # Write before reading: a racing setup waits on this lock until we commit, then sees our account.
+    # The migration makes the row, but a flushed database has none, and on PostgreSQL an UPDATE that
+    # matches no row locks nothing: make sure it exists (a racing insert waits on the primary key).
+    SetupLock.objects.get_or_create(pk=SetupLock.SINGLETON)
     SetupLock.objects.filter(pk=SetupLock.SINGLETON).update(last_taken=timezone.now())
     if users_exist():
         raise SetupAlreadyDoneError("An account already exists.")

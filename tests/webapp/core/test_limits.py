@@ -14,7 +14,6 @@ import pytest
 from webapp.core.errors import InvalidRequest, RateLimited
 from webapp.core.limits import Limiter, Limits, RateLimiter
 
-
 MakeLimiter = Callable[..., Limiter]
 
 
