@@ -12,8 +12,8 @@ long. While any sequence is decoding, prefill therefore gets only the tokens tha
 online estimate of step cost (StepCostModel, fed by the engine through `record_step`), in which a prefill
 token costs more the deeper into its prompt it sits:
 
-    prefill tokens = what fits (target - fixed) at the chunk's depth, at least _MIN_PREFILL_CHUNK (so
-                     prompts progress), at most max_num_batched_tokens - decode rows.
+    prefill tokens = what fits (0.8 x target - fixed) at the chunk's depth, at least _MIN_PREFILL_CHUNK
+                     (so prompts progress), at most max_num_batched_tokens - decode rows.
 
 With no decode running, or before any step has been measured, prefill uses the whole token budget.
 """
@@ -35,6 +35,9 @@ from inference.sequence import Sequence, SequenceStatus
 # exceed the target, prompts keep moving. Small, because on CPU a chunk deep in an 8k prompt costs several
 # ms per token (the chunk re-reads its whole context), so 32 tokens there already exceed 250 ms.
 _MIN_PREFILL_CHUNK = 16
+# Steps are planned this far under the target: the target is a bound on the stall running streams see,
+# and the cost model's error and the machine's noise (measured: up to ~20% over a plan) must fit under it.
+_PLAN_FRACTION = 0.8
 
 
 class StepCostModel:
@@ -181,7 +184,7 @@ class Scheduler:
         # Without chunking a prompt runs whole or not at all, so a smaller budget would only starve it.
         if not num_decodes or not target_ms or not self.config.enable_chunked_prefill:
             return full
-        prefill = self.cost.prefill_budget(target_ms / 1000, self._next_prefill_start())
+        prefill = self.cost.prefill_budget(target_ms / 1000 * _PLAN_FRACTION, self._next_prefill_start())
         if prefill is None:
             return full
         floor = max(_MIN_PREFILL_CHUNK, self.block_manager.block_size)

@@ -73,3 +73,15 @@ def test_close_stops_the_children() -> None:
     assert workers and all(w.process.poll() is None for w in workers)
     sandbox.close()
     assert all(w.process.poll() is not None for w in workers)
+
+
+def test_start_spawns_the_children_before_any_request() -> None:
+    sandbox = GrammarSandbox(workers=2)
+    try:
+        sandbox.start()
+        workers = list(sandbox._idle.queue)
+        assert len(workers) == 2 and all(w is not None and w.process.poll() is None for w in workers)
+        sandbox.validate(PLAIN)
+        assert {id(w) for w in sandbox._idle.queue} == {id(w) for w in workers}  # no new child
+    finally:
+        sandbox.close()

@@ -52,9 +52,11 @@ def ll_tokenizer(hf_tokenizer: Any, eos_token_ids: set[int] | None = None) -> ll
 
 
 def warm_grammar(engine: EngineClient) -> None:
-    """Build the tokenizer view as a model loads: built on a first grammar request instead, it holds the
-    GIL for ~0.3 s on a CPU, and every running stream pauses with it."""
+    """Build the tokenizer view and start the grammar checkers as a model loads: done on a first grammar
+    request instead, the view holds the GIL for ~0.3 s on a CPU and a starting child takes a core, and
+    every running stream pauses with them."""
     ll_tokenizer(engine.tokenizer, set(engine.eos_token_ids))
+    get_runtime().service(GrammarSandbox).start()
 
 
 def json_schema_grammar(schema: dict[str, Any] | None, *, param: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import queue
 import select
+import shutil
 import subprocess
 import sys
 import threading
@@ -64,10 +65,15 @@ for line in sys.stdin:
 """
 
 
+# Below the server's priority: a child starting (an interpreter's imports) or validating must not take a
+# core from the engine's step, whose threads would then wait on each other and stall every stream.
+_NICE = [nice, "-n", "10"] if (nice := shutil.which("nice")) else []
+
+
 class _Worker:
     def __init__(self, memory_bytes: int) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _CHILD, str(memory_bytes), json.dumps(LIMITS)],
+            [*_NICE, sys.executable, "-I", "-c", _CHILD, str(memory_bytes), json.dumps(LIMITS)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -116,6 +122,17 @@ class GrammarSandbox:
             self._idle.put(None)  # started on first use
         self._lock = threading.Lock()
         self.replaced = 0  # children killed for running over (tests and logs)
+
+    def start(self) -> None:
+        """Start the children now (as a model loads), not on the first grammar request mid-stream."""
+        workers = []
+        while True:
+            try:
+                workers.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        for worker in workers:
+            self._idle.put(worker if worker is not None else _Worker(self.memory_bytes))
 
     def validate(self, grammar: str) -> tuple[bool, str]:
         """(is_error, message) from llguidance; GrammarTooComplex past the time or memory limit."""
