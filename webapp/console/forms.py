@@ -282,6 +282,8 @@ class KeyCreateForm(forms.Form):
 
 
 class RequestFilterForm(forms.Form):
+    # The id an error message quotes ("request id ..."): pasted here, it finds that request's row.
+    request_id = forms.CharField(required=False, max_length=128, label="Request id")
     user = forms.CharField(required=False)
     key_prefix = forms.CharField(required=False, label="Key prefix")
     model = forms.CharField(required=False)

@@ -55,6 +55,7 @@ def model_rows() -> list[ModelRow]:
 
 @dataclass(frozen=True, slots=True)
 class RequestFilters:
+    request_id: str = ""
     user: str = ""
     key_prefix: str = ""
     model: str = ""
@@ -67,6 +68,8 @@ class RequestFilters:
 
 def request_log(filters: RequestFilters) -> QuerySet[RequestLog]:
     rows = RequestLog.objects.select_related("user", "api_key")
+    if filters.request_id:
+        rows = rows.filter(request_id=filters.request_id.strip())
     if filters.user:
         rows = rows.filter(user__username__icontains=filters.user)
     if filters.key_prefix:

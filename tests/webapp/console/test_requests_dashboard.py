@@ -24,7 +24,8 @@ def log_rows(plain: User, staff: User) -> None:
     common = {"endpoint": "/v1/chat/completions", "duration_s": 0.5, "prompt_text": "SECRET PROMPT"}
     RequestLog.objects.create(user=plain, model="smol", status_code=200, completion_tokens=40, ttft_s=0.2,
                               finish_reason="stop", **common)  # fmt: skip
-    RequestLog.objects.create(user=staff, model="other", status_code=429, error="rate limited", **common)
+    RequestLog.objects.create(user=staff, model="other", status_code=429, error="rate limited",
+                              request_id="0f3c9a5e2b7d4e1f", **common)  # fmt: skip
     RequestLog.objects.create(user=plain, model="smol", status_code=200, completion_tokens=5, ttft_s=1.5,
                               finish_reason="length", **common)  # fmt: skip
 
@@ -48,6 +49,9 @@ def rows(client: Client, **params: str) -> int:
         ({"min_ttft_s": "1"}, 1),
         ({"min_duration_s": "1"}, 0),
         ({"user": "pat", "finish_reason": "stop"}, 1),
+        ({"request_id": "0f3c9a5e2b7d4e1f"}, 1),  # the id an error message quotes
+        ({"request_id": " 0f3c9a5e2b7d4e1f "}, 1),
+        ({"request_id": "0f3c9a5e"}, 0),  # exact, not a prefix: one request's row
     ],
 )
 def test_filters(staff_client: Client, log_rows: None, params: dict[str, str], count: int) -> None:
