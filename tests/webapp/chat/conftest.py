@@ -3,8 +3,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from django.contrib.auth.models import User
 
 from tests.webapp.chat.fakes import FakeEngine, FakeManager
+from webapp.chat import services
+from webapp.chat.models import Conversation
 
 if TYPE_CHECKING:
     from webapp.core.runtime import Runtime
@@ -23,3 +26,13 @@ def fake_manager(fake_engine: FakeEngine, runtime: Runtime) -> FakeManager:
     manager = runtime.peek_manager()
     assert isinstance(manager, FakeManager)
     return manager
+
+
+@pytest.fixture
+def alice() -> User:
+    return User.objects.create_user("alice", password="pw")
+
+
+@pytest.fixture
+def chat(alice: User) -> Conversation:
+    return services.conversation_create(user=alice)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -11,7 +10,7 @@ from django.contrib.auth.models import AnonymousUser, User
 
 from inference import PromptTooLongError, QueueFullError
 from tests.webapp.chat.fakes import FakeEngine, FakeManager
-from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
+from tests.webapp.chat.wsutil import connected, is_idle, open_socket, receive_until
 from webapp.chat import services
 from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation, Message
@@ -20,26 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def alice() -> User:
-    return User.objects.create_user("alice", password="pw")
-
-
-@pytest.fixture
 def bob() -> User:
     return User.objects.create_user("bob", password="pw")
-
-
-@pytest.fixture
-def chat(alice: User) -> Conversation:
-    return services.conversation_create(user=alice)
-
-
-async def connected(user: User, conversation_id: int) -> Any:
-    communicator = await open_socket(user, conversation_id)
-    ok, _ = await communicator.connect()
-    assert ok
-    assert await communicator.receive_json_from() == {"type": "state", "running": False}
-    return communicator
 
 
 async def test_send_streams_saves_and_titles(

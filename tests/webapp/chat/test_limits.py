@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
 from tests.webapp.chat.fakes import FakeEngine
-from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
+from tests.webapp.chat.wsutil import connected, is_idle, receive_until
 from webapp.accounts.models import UserApiLimits
 from webapp.chat import services
 from webapp.chat.generation import chat_replies
@@ -19,16 +19,6 @@ from webapp.chat.models import Conversation, Message
 from webapp.core.errors import InvalidRequest, MooncakeError, RateLimited
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def alice() -> User:
-    return User.objects.create_user("alice", password="pw")
-
-
-@pytest.fixture
-def chat(alice: User) -> Conversation:
-    return services.conversation_create(user=alice)
 
 
 @pytest.fixture
@@ -42,14 +32,6 @@ def _limit(user: User, **limits: int) -> None:
 
 async def _completed_replies(chat: Conversation) -> int:
     return await Message.objects.filter(conversation=chat, role="assistant", status="complete").acount()
-
-
-async def connected(user: User, conversation_id: int) -> Any:
-    communicator = await open_socket(user, conversation_id)
-    ok, _ = await communicator.connect()
-    assert ok
-    assert await communicator.receive_json_from() == {"type": "state", "running": False}
-    return communicator
 
 
 async def test_console_per_user_limit_holds_for_chat(

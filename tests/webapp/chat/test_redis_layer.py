@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
 from tests.webapp.chat.fakes import FakeEngine
-from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
+from tests.webapp.chat.wsutil import connected, is_idle, receive_until
 from webapp.chat import events, services
 from webapp.chat.generation import chat_replies
 from webapp.chat.models import Message
@@ -18,14 +18,6 @@ from webapp.chat.models import Message
 TIMEOUT = 15.0
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
-
-
-async def connected(user: User, conversation_id: int) -> Any:
-    communicator = await open_socket(user, conversation_id)
-    ok, _ = await communicator.connect()
-    assert ok
-    assert await communicator.receive_json_from() == {"type": "state", "running": False}
-    return communicator
 
 
 async def test_groups_reach_across_layer_instances(redis_channel_layer: Any, redis_url: str) -> None:

@@ -11,23 +11,13 @@ from django.contrib.auth.models import User
 from django.db.backends.utils import CursorWrapper
 
 from tests.webapp.chat.fakes import FakeEngine
-from tests.webapp.chat.wsutil import is_idle, open_socket, receive_until
-from webapp.chat import events, guard, services
+from tests.webapp.chat.wsutil import connected, is_idle, receive_until
+from webapp.chat import events, guard
 from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation
 from webapp.core.errors import InvalidRequest
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def alice() -> User:
-    return User.objects.create_user("alice", password="pw")
-
-
-@pytest.fixture
-def chat(alice: User) -> Conversation:
-    return services.conversation_create(user=alice)
 
 
 @pytest.fixture
@@ -42,14 +32,6 @@ def queries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     monkeypatch.setattr(CursorWrapper, "execute", execute)
     yield seen
-
-
-async def connected(user: User, conversation_id: int) -> Any:
-    ws = await open_socket(user, conversation_id)
-    ok, _ = await ws.connect()
-    assert ok
-    assert await ws.receive_json_from() == {"type": "state", "running": False}
-    return ws
 
 
 async def test_flood_is_refused_without_db_work_then_closed(

@@ -21,6 +21,15 @@ async def open_socket(user: Any, conversation_id: int, *, origin: bytes = b"http
     return communicator
 
 
+async def connected(user: Any, conversation_id: int) -> Any:
+    """An open socket on the chat that has said its opening state (no reply running)."""
+    communicator = await open_socket(user, conversation_id)
+    ok, _ = await communicator.connect()
+    assert ok
+    assert await communicator.receive_json_from() == {"type": "state", "running": False}
+    return communicator
+
+
 async def receive_until(
     communicator: Any, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0
 ) -> list[dict[str, Any]]:
