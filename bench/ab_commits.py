@@ -5,9 +5,9 @@
     python -m bench.ab_commits --base HEAD~1 --smoke          # 2 requests of 4 tokens, 1 round: plumbing only
     make bench-ab BASE=1a2b3c
 
-A revision is checked out as a detached worktree under bench/.ab/<sha> (reused later); --head also takes a
-directory holding a tree. Both servers run the main tree's .venv python with cwd and PYTHONPATH set to their
-tree, the same model, mooncake.yaml and MOONCAKE_CACHE_DIR, as bench/compare.sh starts ours (its knobs
+A revision is checked out as a detached worktree under $TMPDIR/mooncake-ab/<sha> (reused later); --head
+also takes a directory holding a tree. Both servers run the main tree's .venv python with cwd and
+PYTHONPATH set to their tree, the same model, mooncake.yaml and MOONCAKE_CACHE_DIR, as bench/compare.sh starts ours (its knobs
 BENCH_KV_BYTES, BENCH_OURS_DTYPE, BENCH_OURS_QUANT, BENCH_THREADS apply). Both start up front; every round
 runs each load (compare.sh's a/b/c) on both, the first side alternating per round (ABBA) to cancel drift.
 Results: bench/results/ab-<timestamp>/ (results.json, table.md, one JSON per measurement, server logs).
@@ -59,10 +59,14 @@ def git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
+# Outside the project: an old revision's files must not read as part of this tree (linters, searches).
+WORKTREES = Path(tempfile.gettempdir()) / "mooncake-ab"
+
+
 def checkout(rev: str) -> tuple[Path, str]:
-    """A detached worktree of `rev` under bench/.ab/, reused when one for the same commit is there."""
+    """A detached worktree of `rev` under WORKTREES, reused when one for the same commit is there."""
     sha = git("rev-parse", "--verify", f"{rev}^{{commit}}")
-    tree = ROOT / "bench" / ".ab" / sha[:12]
+    tree = WORKTREES / sha[:12]
     if tree.exists():
         if git("rev-parse", "HEAD", cwd=tree) == sha:
             return tree, sha

@@ -5,7 +5,8 @@ loaded again after a back-off that doubles with each death; past `max_restarts` 
 `restart_window_s` the model stays "failed" until someone loads it again. A reconfigure restarts a loaded
 model gracefully: drain, then swap (inference.handover).
 
-Over 300 lines: registry, loading, eviction and supervision all change the same entries under one lock.
+Supervision (death, back-off, restart) and eviction (budget, keep-alive) are mixins of their own modules,
+inference.supervision and inference.eviction, on the same entries and lock.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import torch
 
 from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
 from inference.errors import EngineDeadError, InsufficientMemoryError, NoModelLoadedError, UnknownModelError
+from inference.eviction import Eviction
 from inference.handover import adopt_all, hand_over
 from inference.status import ModelInfo, ModelState
+from inference.supervision import Supervision, free_torch_memory
 
 # ModelInfo and ModelState: re-exported from their old home.
 __all__ = ["ModelInfo", "ModelManager", "ModelState", "free_torch_memory"]
@@ -43,7 +43,7 @@ class _Entry:
     deaths: list[float] = field(default_factory=list)  # monotonic times, within the restart window
 
 
-class ModelManager:
+class ModelManager(Supervision, Eviction):
     """Thread-safe. `load` blocks (call it via asyncio.to_thread from async code)."""
 
     def __init__(
@@ -218,58 +218,6 @@ class ModelManager:
         engine.set_on_death(lambda dead: self._on_engine_death(entry, dead))
         return engine
 
-    # ---- supervision ------------------------------------------------------------------------------
-    def _on_engine_death(self, entry: _Entry, engine: AsyncEngine) -> None:
-        """On the dying engine's thread: drop it now, restart it from another thread after a back-off."""
-        error = engine.health().error or "the engine stopped"
-        with self._lock:
-            if entry.engine is not engine:  # unloaded or replaced meanwhile
-                return
-            entry.engine = None
-            entry.served_before += engine.stats().requests_total
-            delay = self._count_death(entry, f"the engine died ({error})")
-        logger.error("Engine for %s died: %s", entry.info.name, error)
-        threading.Thread(
-            target=self._restart, args=(entry, engine, delay), name=f"mooncake-restart-{entry.info.name}"
-        ).start()
-
-    def _count_death(self, entry: _Entry, error: str) -> float | None:
-        """With self._lock held: record a death; the back-off before the next try, or None to give up."""
-        now = time.monotonic()
-        entry.deaths = [t for t in entry.deaths if now - t < self.restart_window_s] + [now]
-        if len(entry.deaths) > self.max_restarts:
-            entry.info.state = "failed"
-            entry.info.error = (
-                f"{error}; {len(entry.deaths)} failures within {self.restart_window_s:.0f} s, "
-                "so it is not restarted again automatically"
-            )
-            return None
-        entry.info.state, entry.info.error = "restarting", f"{error}; restarting"
-        return self.restart_backoff_s * 2 ** (len(entry.deaths) - 1)
-
-    def _restart(self, entry: _Entry, dead: AsyncEngine, delay: float | None) -> None:
-        dead.shutdown()  # joins its (finished) thread; nothing else holds it
-        del dead
-        gc.collect()
-        free_torch_memory()
-        while delay is not None:
-            time.sleep(delay)
-            with entry.load_lock:
-                with self._lock:
-                    if entry.info.state != "restarting" or entry.engine is not None:
-                        return  # unloaded, reconfigured or loaded by someone else meanwhile
-                try:
-                    self._load_locked(entry)
-                except Exception as exc:
-                    with self._lock:
-                        delay = self._count_death(entry, f"restarting failed ({type(exc).__name__}: {exc})")
-                    logger.exception("Restarting %s failed", entry.info.name)
-                    continue
-                with self._lock:
-                    entry.info.restarts += 1
-                logger.info("Restarted the engine for %s", entry.info.name)
-                return
-
     def unload(self, name: str, *, drain_timeout: float = 0.0) -> None:
         entry = self._entries[self.resolve(name)]
         with self._lock:
@@ -310,22 +258,6 @@ class ModelManager:
         with self._lock:
             self._entries[self.resolve(name)].info.last_used = time.time()
 
-    def reap_idle(self, now: float | None = None) -> builtins.list[str]:
-        """Unload idle models past their keep_alive_seconds; the web layer calls this periodically."""
-        now = time.time() if now is None else now
-        with self._lock:
-            idle = [
-                name
-                for name, e in self._entries.items()
-                if e.engine is not None
-                and e.info.keep_alive_seconds is not None
-                and now - (e.info.last_used or now) > e.info.keep_alive_seconds
-                and _is_idle(e.engine)
-            ]
-        for name in idle:
-            self.unload(name)
-        return idle
-
     # ---- internals --------------------------------------------------------------------------------
     def _info(self, name: str) -> ModelInfo:
         entry = self._entries[name]
@@ -336,37 +268,3 @@ class ModelManager:
             requests_served=served,
             is_default=name == self.default_name,
         )
-
-    def _make_room(self, entry: _Entry, needed: int) -> None:
-        """Evict idle loaded models, least recently used first, until `needed` bytes fit the budget."""
-        budget = self.memory_budget_bytes
-        if budget is None or needed <= 0:
-            return
-        while True:
-            with self._lock:
-                others = [e for e in self._entries.values() if e is not entry and e.engine is not None]
-                available = budget - sum(e.info.memory_bytes or 0 for e in others)
-                if needed <= available:
-                    return
-                candidates = sorted(
-                    (e for e in others if e.engine is not None and _is_idle(e.engine)),
-                    key=lambda e: e.info.last_used or 0.0,
-                )
-            if not self.evict_lru or not candidates:
-                raise InsufficientMemoryError(
-                    f"model {entry.info.name!r} needs {needed} bytes but only {max(available, 0)} of the "
-                    f"{budget}-byte budget are available"
-                    + ("" if self.evict_lru else " (LRU eviction is off)")
-                )
-            self.unload(candidates[0].info.name)
-
-
-def free_torch_memory() -> None:
-    """Return cached allocator memory after an engine is dropped (matters on CUDA only)."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def _is_idle(engine: Any) -> bool:
-    stats = engine.stats()
-    return int(stats.num_running) + int(stats.num_waiting) == 0
