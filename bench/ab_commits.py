@@ -7,9 +7,10 @@
 
 A revision is checked out as a detached worktree under $TMPDIR/mooncake-ab/<sha> (reused later); --head
 also takes a directory holding a tree. Both servers run the main tree's .venv python with cwd and
-PYTHONPATH set to their tree, the same model, mooncake.yaml and MOONCAKE_CACHE_DIR, as bench/compare.sh starts ours (its knobs
-BENCH_KV_BYTES, BENCH_OURS_DTYPE, BENCH_OURS_QUANT, BENCH_THREADS apply). Both start up front; every round
-runs each load (compare.sh's a/b/c) on both, the first side alternating per round (ABBA) to cancel drift.
+PYTHONPATH set to their tree, the same model, mooncake.yaml and MOONCAKE_CACHE_DIR, as bench/compare.sh
+starts ours (its knobs BENCH_KV_BYTES, BENCH_OURS_DTYPE, BENCH_OURS_QUANT, BENCH_THREADS apply). Both
+start up front; every round runs each load (compare.sh's a/b/c) on both, the first side alternating per
+round (ABBA) to cancel drift.
 Results: bench/results/ab-<timestamp>/ (results.json, table.md, one JSON per measurement, server logs).
 """
 
