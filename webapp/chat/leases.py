@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from webapp.chat.models import Conversation, Message
 
-LEASE_S = 30.0
-RENEW_S = 5.0
+LEASE_S: float = settings.MOONCAKE_CHAT_REPLY_LEASE_SECONDS
+RENEW_S = LEASE_S / 6
 
 
 def _until() -> dt.datetime:

@@ -1,4 +1,4 @@
-"""Console state that must outlive the process: the audit trail and jobs."""
+"""Console state that must outlive the process: the audit trail, jobs, and what each replica reports."""
 
 from __future__ import annotations
 
@@ -53,3 +53,22 @@ class ConsoleJob(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in (self.State.PENDING, self.State.RUNNING)
+
+
+class Replica(models.Model):
+    """A web replica's heartbeat: its models' states and its latest dashboard sample (console.replication).
+
+    A row not refreshed for a few heartbeats is a replica that stopped; the console shows it as gone.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField(db_index=True)
+    model_states = models.JSONField(default=list, blank=True)  # [{"name", "state", "error"}]
+    sample = models.JSONField(null=True, blank=True)  # console.dashboard.Sample as a dict
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -11,6 +11,7 @@ from django.db.models import Count, Q, QuerySet
 from inference.api import ModelInfo
 from webapp.api.models import RequestLog
 from webapp.console.models import AuditLog, ConsoleJob
+from webapp.console.replication import BUSY_STATES, live_replicas
 from webapp.core.jobs import ProcessJob
 from webapp.core.models import ModelRegistration
 from webapp.core.runtime import get_runtime
@@ -19,15 +20,52 @@ PAGE_SIZE = 100
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaModelState:
+    """One model's state on one replica, as its last heartbeat reported it."""
+
+    replica: str
+    state: str
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRow:
     info: Any  # inference.ModelInfo (or the test double)
     registration: ModelRegistration | None
     job: ProcessJob | None
     is_default: bool
+    replicas: tuple[ReplicaModelState, ...] = ()  # every live replica's state, when there are several
 
     @property
     def busy(self) -> bool:
-        return self.job is not None or self.info.state in ("loading", "unloading", "restarting")
+        return (
+            self.job is not None
+            or self.info.state in BUSY_STATES
+            or any(r.state in BUSY_STATES for r in self.replicas)
+        )
+
+
+def replica_states() -> dict[str, tuple[ReplicaModelState, ...]]:
+    """Each model's state on every live replica, when more than one reports (else nothing to compare)."""
+    replicas = live_replicas()
+    if len(replicas) < 2:
+        return {}
+    reports = [
+        (replica.name, {str(m.get("name")): m for m in replica.model_states if isinstance(m, dict)})
+        for replica in replicas
+    ]
+    names = sorted({name for _, reported in reports for name in reported})
+    states: dict[str, list[ReplicaModelState]] = {}
+    for replica_name, reported in reports:
+        for name in names:
+            model = reported.get(name)
+            state = ReplicaModelState(
+                replica=replica_name,
+                state=str(model.get("state", "")) if model else "not registered",
+                error=str(model.get("error") or "") if model else "",
+            )
+            states.setdefault(name, []).append(state)
+    return {name: tuple(rows) for name, rows in states.items()}
 
 
 def model_rows() -> list[ModelRow]:
@@ -37,6 +75,7 @@ def model_rows() -> list[ModelRow]:
     registrations = {row.name: row for row in ModelRegistration.objects.all()}
     infos = list(manager.list())
     known = {info.name for info in infos}
+    replicas = replica_states()
     infos += [
         ModelInfo(name=row.name, aliases=list(row.aliases), source=row.source)
         for name, row in registrations.items()
@@ -48,6 +87,7 @@ def model_rows() -> list[ModelRow]:
             registration=registrations.get(info.name),
             job=get_runtime().jobs.active_for(info.name),
             is_default=info.name == manager.default_name,
+            replicas=replicas.get(info.name, ()),
         )
         for info in infos
     ]

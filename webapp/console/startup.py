@@ -1,14 +1,33 @@
-"""At server start, register the console's saved models into the manager, before the default model loads."""
+"""At server start: register the console's saved models into the manager, before the default model loads,
+make the saved default the default, and start following the other replicas (console.replication)."""
 
 from __future__ import annotations
 
 from webapp.core.runtime import register_start_hook
 
 
-def register_saved_models() -> None:
-    from webapp.console.registry import sync_manager  # the registry imports models: after apps are ready
+def take_up_saved_models() -> None:
+    """Register the saved models and take the saved default (the sync's later passes do the rest)."""
+    # The registry imports models: after the apps are ready.
+    from webapp.console.registry import sync_manager
+    from webapp.console.replication import model_sync
+    from webapp.core.models import ModelRegistration
 
-    sync_manager()
+    manager = sync_manager()
+    rows = list(ModelRegistration.objects.all())
+    model_sync().seen = {row.name for row in rows}
+    known = {info.name for info in manager.list()}
+    default = next((row.name for row in rows if row.is_default and row.name in known), None)
+    if default is not None:
+        manager.set_default(default)
+
+
+def register_saved_models() -> None:
+    from webapp.console.reconcile import reconcile
+    from webapp.console.replication import model_sync
+
+    take_up_saved_models()
+    model_sync().start(reconcile)
 
 
 def connect_startup_sync() -> None:

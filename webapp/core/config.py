@@ -74,6 +74,8 @@ class ServerSettings(BaseModel):
     api_log_prompts: bool
     chat_rate_limit_per_minute: int = Field(gt=0)
     chat_max_sockets_per_user: int = Field(gt=0)
+    chat_reply_lease_seconds: float = Field(ge=3, le=3600)
+    replica_name: str = Field(max_length=200)
 
     @field_validator("api_auth", mode="before")
     @classmethod
@@ -104,6 +106,9 @@ SPECS: dict[str, Spec] = {
     "api_log_prompts": Spec(False, env="MOONCAKE_API_LOG_PROMPTS"),
     "chat_rate_limit_per_minute": Spec(30, env="MOONCAKE_CHAT_RATE_LIMIT_PER_MINUTE"),
     "chat_max_sockets_per_user": Spec(32, env="MOONCAKE_CHAT_MAX_SOCKETS_PER_USER"),
+    "chat_reply_lease_seconds": Spec(30.0, env="MOONCAKE_CHAT_REPLY_LEASE_SECONDS"),
+    # Empty: the host name (each container's own); set it where replicas share a host.
+    "replica_name": Spec("", env="MOONCAKE_REPLICA_NAME"),
 }
 
 # Where the production settings' defaults differ: a server facing many users gets fallback API limits

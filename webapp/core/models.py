@@ -30,7 +30,16 @@ class SetupLock(models.Model):
 
 
 class ModelRegistration(models.Model):
-    """A model the manager should know; re-registered into the manager on every process start."""
+    """A model the manager should know; re-registered into the manager on every process start.
+
+    Every replica applies the row (console.replication): its engine settings as they stand, and the
+    admin's last load or unload once per `state_revision`, so a replica started later converges too.
+    """
+
+    class Desired(models.TextChoices):
+        NONE = "", "as the server decides"
+        LOADED = "loaded"
+        UNLOADED = "unloaded"
 
     name = models.CharField(max_length=100, unique=True)
     aliases = models.JSONField(default=list, blank=True)
@@ -45,6 +54,11 @@ class ModelRegistration(models.Model):
     sampling_defaults = models.JSONField(default=dict, blank=True)
     system_prompt = models.TextField(blank=True)
     keep_alive_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # The admin's last load/unload (a level a replica reaches once per revision: keep-alive and eviction
+    # may unload it later on one replica without the others reloading it), and the default model.
+    desired_state = models.CharField(max_length=16, choices=Desired.choices, default="", blank=True)
+    state_revision = models.PositiveIntegerField(default=0)
+    is_default = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

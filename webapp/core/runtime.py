@@ -85,6 +85,8 @@ class Runtime:
         self._manager: ModelManagerClient | None = None
         self._services: dict[type[Any], Any] = {}
         self._stopping = threading.Event()
+        # Set once the start hooks ran and the default model's load finished (or failed).
+        self.started = threading.Event()
         self.threads: list[threading.Thread] = []
         self.limiter = make_limiter()
         self.jobs = ProcessJobs()
@@ -158,16 +160,22 @@ class Runtime:
                     hook()
                 except Exception:
                     logger.exception("A start hook failed; the server starts without it")
+            self._load_default()
         finally:
-            connections.close_all()  # this thread's connections, if a hook opened one
-        self._load_default()
+            connections.close_all()  # this thread's connections, if a hook or the check opened one
+            self.started.set()
 
     def _load_default(self) -> None:
+        from webapp.core.models import ModelRegistration  # models: after the apps are ready
+
         try:
             manager = self.manager()
             name = manager.default_name
             if name is None:
                 logger.warning("No default model is configured; nothing to load.")
+                return
+            if ModelRegistration.objects.filter(name=name, desired_state="unloaded").exists():
+                logger.info("The default model %s stays unloaded, as an admin left it", name)
                 return
             logger.info("Loading the default model %s", name)
             manager.load(name)

@@ -73,7 +73,7 @@ def model_register_local(request: HttpRequest) -> HttpResponse:
         return _page(request, form, status=400)
     data = form.cleaned_data
     try:
-        row = registry.registration_create(
+        row = lifecycle.model_register(
             name=data["name"],
             source=str(data["path"]),
             aliases=data["aliases"],
@@ -142,7 +142,7 @@ def model_set_default(request: HttpRequest, name: str) -> HttpResponse:
 def model_delete(request: HttpRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(ModelRegistration, pk=pk)
     before = registry.registration_snapshot(row)
-    registry.registration_delete(registration=row)
+    lifecycle.model_unregister(registration=row)
     audit_record(actor=request.user, action="model.unregister", target=row.name, before=before)
     return _done(request, notice=f"Unregistered {row.name}.")
 
