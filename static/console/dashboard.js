@@ -44,19 +44,60 @@
     return [xs].concat(series.map(([key]) => samples.map((s) => (key === "kv_pct" ? s.kv_usage * 100 : s[key]))));
   }
 
+  const FMT = { tokens_per_s: (v) => v.toFixed(1), kv_usage: (v) => (v * 100).toFixed(1) + "%", rss_mb: (v) => v.toFixed(0), cpu_percent: (v) => v.toFixed(0), ttft_p50: (v) => v.toFixed(3) + " s" };
+  const shown = (sample, key) => (sample && sample[key] !== null && sample[key] !== undefined ? (FMT[key] ? FMT[key](sample[key]) : String(sample[key])) : "–");
+
   function stats(last) {
-    const fmt = { tokens_per_s: (v) => v.toFixed(1), kv_usage: (v) => (v * 100).toFixed(1) + "%", rss_mb: (v) => v.toFixed(0), cpu_percent: (v) => v.toFixed(0) };
     for (const key of ["tokens_per_s", "running", "waiting", "kv_usage", "rss_mb", "cpu_percent"]) {
       const el = document.getElementById("stat-" + key);
-      if (el && last[key] !== null && last[key] !== undefined) el.textContent = fmt[key] ? fmt[key](last[key]) : String(last[key]);
+      if (el && last[key] !== null && last[key] !== undefined) el.textContent = shown(last, key);
     }
+  }
+
+  // The replicas table, shown (with the tiles on the total) while two or more replicas report.
+  const ROW_KEYS = ["tokens_per_s", "running", "waiting", "kv_usage", "ttft_p50", "rss_mb"];
+  function tableRow(tr, head, headTag, sample, seen) {
+    const first = document.createElement(headTag);
+    if (headTag === "th") first.scope = "row";
+    first.append(head);
+    const cells = ROW_KEYS.map((key) => shown(sample, key)).concat([seen]).map((text) => {
+      const td = document.createElement("td");
+      td.textContent = text;
+      return td;
+    });
+    tr.replaceChildren(first, ...cells);
+  }
+
+  function replicasTable(replicas, total) {
+    const several = replicas.length > 1;
+    document.getElementById("stat-scope").hidden = !several;
+    document.getElementById("replicas").hidden = !several;
+    document.getElementById("replica-count").textContent = String(replicas.length);
+    root.dataset.replicas = String(replicas.length);
+    if (!several) return;
+    document.getElementById("replica-rows").replaceChildren(...replicas.map((replica) => {
+      const tr = document.createElement("tr");
+      tr.dataset.replica = replica.name;
+      const head = document.createElement("span");
+      head.append(replica.name);
+      if (replica.this) {
+        const mark = document.createElement("span");
+        mark.className = "muted";
+        mark.textContent = " (this one)";
+        head.append(mark);
+      }
+      tableRow(tr, head, "td", replica.sample, replica.age_s < 1 ? "now" : replica.age_s.toFixed(0) + " s ago");
+      return tr;
+    }));
+    tableRow(document.getElementById("replica-total"), "All replicas", "th", total, "");
   }
 
   async function tick() {
     try {
       const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
       if (response.ok) {
-        const { samples } = await response.json();
+        const { samples, total, replicas = [] } = await response.json();
+        replicasTable(replicas, total);
         if (samples.length) {
           const last = samples[samples.length - 1];
           if (last.gpu_mem_mb !== null && !plots.gpu_swapped) {
@@ -70,7 +111,7 @@
           for (const [name, entry] of Object.entries(plots)) {
             if (entry.plot) entry.plot.setData(columns(samples, entry.series));
           }
-          stats(last);
+          stats(replicas.length > 1 ? total : last);
           root.dataset.samples = String(samples.length);
           root.dataset.lastTokensPerS = String(last.tokens_per_s);
           root.dataset.maxRunning = String(Math.max(...samples.map((s) => s.running)));

@@ -40,7 +40,11 @@ class Sample:
     itl_p50: float | None
     itl_p95: float | None
     preemptions: int  # since the previous sample
-    errors: int  # API responses >= 400 and engine aborts since the previous sample
+    errors: int  # aborts + api_errors, since the previous sample
+    aborts: int  # this replica's engines' aborted requests
+    # API responses >= 400, read from the request log that all replicas share: each replica's count holds
+    # every replica's errors, so a total over replicas adds it once, not per replica (console.fleet).
+    api_errors: int
     rss_mb: float
     cpu_percent: float
     gpu_mem_mb: float | None
@@ -88,6 +92,14 @@ class Sampler:
                 self.samples.append(self._take(now))
             return [asdict(s) for s in self.samples]
 
+    def latest(self) -> dict[str, Any]:
+        """The newest sample (taken now if the last is older than MIN_INTERVAL): a replica's heartbeat."""
+        with self._lock:
+            now = time.time()
+            if now - self._last_at >= MIN_INTERVAL or not self.samples:
+                self.samples.append(self._take(now))
+            return asdict(self.samples[-1])
+
     def _take(self, now: float) -> Sample:
         totals, running, waiting, kv = Totals(), 0, 0, 0.0
         ttft: list[float] = []
@@ -111,13 +123,15 @@ class Sampler:
             itl.extend(stats.itl_samples[-200:])
         elapsed = now - self._last_at if self._last_at else 0.0
         since = dt.datetime.fromtimestamp(self._last_at or now, tz=dt.UTC)
-        api_errors = RequestLog.objects.filter(created_at__gte=since, status_code__gte=400).count()
+        errors = RequestLog.objects.filter(created_at__gte=since, status_code__gte=400)
+        api_errors = errors.count() if self._last_at else 0
         prev = self._totals
 
         def delta(current: int, before: int) -> int:
             # An unload or restart resets an engine's counters; never show a negative rate.
             return max(0, current - before) if self._last_at else 0
 
+        aborts = delta(totals.aborts, prev.aborts)
         gpu_mem, gpu_util = _gpu()
         sample = Sample(
             t=now,
@@ -133,7 +147,9 @@ class Sampler:
             itl_p50=_quantile(itl, 0.5),
             itl_p95=_quantile(itl, 0.95),
             preemptions=delta(totals.preemptions, prev.preemptions),
-            errors=delta(totals.aborts, prev.aborts) + (api_errors if self._last_at else 0),
+            errors=aborts + api_errors,
+            aborts=aborts,
+            api_errors=api_errors,
             rss_mb=self._process.memory_info().rss / 2**20,
             cpu_percent=self._process.cpu_percent(),
             gpu_mem_mb=gpu_mem,
