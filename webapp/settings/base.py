@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,10 @@ MOONCAKE_API_LOG_PROMPTS = _server.api_log_prompts
 MOONCAKE_CHAT_RATE_LIMIT_PER_MINUTE = _server.chat_rate_limit_per_minute
 # Chat sockets one user may hold open in one server process (one per open chat tab).
 MOONCAKE_CHAT_MAX_SOCKETS_PER_USER = _server.chat_max_sockets_per_user
+# Seconds a dead replica's chat reply keeps reading as running before it shows as interrupted.
+MOONCAKE_CHAT_REPLY_LEASE_SECONDS = _server.chat_reply_lease_seconds
+# How this replica names itself on the console's Models and Live pages.
+MOONCAKE_REPLICA_NAME = _server.replica_name or socket.gethostname()
 # When set, /metrics answers only `Authorization: Bearer <token>` (webapp.core.metrics_view); a secret,
 # so it is not part of the config report's settings.
 MOONCAKE_METRICS_TOKEN = env_str("MOONCAKE_METRICS_TOKEN", "").strip()
@@ -87,6 +92,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "webapp.core.body_limits.body_limit_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # Before CommonMiddleware's Host check: Prometheus scrapes each replica by its IP.
+    "webapp.core.metrics_host.metrics_host_middleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

@@ -1,4 +1,5 @@
-"""docker/grafana-dashboard.json and docker/prometheus.yml: valid; every metric they chart is on /metrics."""
+"""docker/grafana-dashboard.json and docker/prometheus.yml: valid, every replica scraped; every metric they
+chart is on /metrics."""
 
 from __future__ import annotations
 
@@ -30,10 +31,28 @@ async def _one_request(engine: Any) -> None:
         pass
 
 
-def test_scrape_config() -> None:
+def test_scrape_config_scrapes_every_replica() -> None:
     config = yaml.safe_load((DOCKER / "prometheus.yml").read_text(encoding="utf-8"))
     job = next(j for j in config["scrape_configs"] if j["job_name"] == "mooncake")
-    assert job["metrics_path"] == "/metrics" and job["static_configs"][0]["targets"] == ["web:8000"]
+    assert job["metrics_path"] == "/metrics"
+    # One target per A record of the compose service, not `web:8000` (one replica at random per scrape).
+    assert "static_configs" not in job
+    assert job["dns_sd_configs"] == [{"names": ["web"], "type": "A", "port": 8000, "refresh_interval": "15s"}]
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))
+    assert "web" in compose["services"]
+    assert "8000" in compose["services"]["web"]["command"]
+
+
+def test_gpu_replicas_each_get_their_own_gpu_and_answer_as_web() -> None:
+    """Prometheus and nginx find replicas as `web`; `count: 1` would put every replica on GPU 0."""
+    gpu = yaml.safe_load((DOCKER / "compose.gpu.yaml").read_text(encoding="utf-8"))["services"]
+    devices = []
+    for name, service in gpu.items():
+        [device] = service["deploy"]["resources"]["reservations"]["devices"]
+        assert "count" not in device and service["deploy"]["replicas"] == 1
+        devices += device["device_ids"]
+        assert name == "web" or "web" in service["networks"]["default"]["aliases"]
+    assert len(devices) == len(set(devices)) >= 2
 
 
 def test_every_charted_metric_is_exported(manager: Any, db: None) -> None:

@@ -1,14 +1,23 @@
-"""/metrics: open without MOONCAKE_METRICS_TOKEN, bearer-only with it; never on the public nginx site."""
+"""/metrics: open without MOONCAKE_METRICS_TOKEN, bearer-only with it; never on the public nginx site;
+reachable by each replica's own IP (Prometheus scrapes each), while every other path keeps ALLOWED_HOSTS."""
 
 from __future__ import annotations
 
+import http.client
+import os
 import re
+import secrets
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.test import Client
+
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -34,3 +43,102 @@ def test_public_nginx_site_refuses_metrics() -> None:
     assert re.search(r"location = /metrics \{\s*return 404;", conf)
     assert re.search(r"location \^~ /metrics/ \{\s*return 404;", conf)
     assert "proxy_set_header X-Request-ID $mooncake_request_id;" in conf
+
+
+# Prometheus scrapes each replica by its IP (docker/prometheus.yml), which no ALLOWED_HOSTS lists: /metrics
+# takes a Host that is the connection's own address; nothing else does.
+REPLICA = {"SERVER_NAME": "172.18.0.5", "SERVER_PORT": "8000"}
+
+
+@pytest.mark.parametrize("host", ["172.18.0.5:8000", "172.18.0.5"])
+def test_metrics_by_the_replicas_own_ip(client: Client, settings: Any, host: str) -> None:
+    settings.MOONCAKE_METRICS_TOKEN = ""
+    assert "172.18.0.5" not in settings.ALLOWED_HOSTS
+    response = client.get("/metrics", HTTP_HOST=host, **REPLICA)
+    assert response.status_code == 200 and b"python_info" in response.content
+
+
+def test_ipv6_replica(client: Client, settings: Any) -> None:
+    settings.MOONCAKE_METRICS_TOKEN = ""
+    response = client.get("/metrics", HTTP_HOST="[fd00::5]:8000", SERVER_NAME="fd00::5", SERVER_PORT="8000")
+    assert response.status_code == 200
+
+
+def test_metrics_by_ip_still_needs_the_token(client: Client, settings: Any) -> None:
+    settings.MOONCAKE_METRICS_TOKEN = "s3cret-token"
+    assert client.get("/metrics", HTTP_HOST="172.18.0.5:8000", **REPLICA).status_code == 401
+    ok = client.get(
+        "/metrics", HTTP_HOST="172.18.0.5:8000", headers={"Authorization": "Bearer s3cret-token"}, **REPLICA
+    )
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/health", "/version", "/login/", "/metrics/", "/metricsx", "/v1/models"])
+def test_other_paths_with_that_host_are_refused(client: Client, path: str) -> None:
+    assert client.get(path, HTTP_HOST="172.18.0.5:8000", **REPLICA).status_code == 400
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "10.9.9.9:8000",  # another address than the one the connection reached
+        "172.18.0.5:9999",  # another port
+        "evil.example.com",
+        "172.18.0.5.evil.example.com",
+        "0.0.0.0:8000",
+    ],
+)
+def test_metrics_with_any_other_host_is_refused(client: Client, host: str) -> None:
+    assert client.get("/metrics", HTTP_HOST=host, **REPLICA).status_code == 400
+
+
+def test_a_real_server_answers_metrics_by_its_own_ip(tmp_path: Path) -> None:
+    """Daphne fills SERVER_NAME from the accepted socket: production settings allow only `web`, yet a
+    scrape addressed to the socket's IP gets the metrics; the same Host anywhere else is a 400."""
+    port = free_port()
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("MOONCAKE_", "DJANGO_"))}
+    env = {
+        **inherited,
+        "DJANGO_SETTINGS_MODULE": "webapp.settings.production",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "web",
+        "SECURE_SSL_REDIRECT": "0",
+        "MOONCAKE_DATA": str(tmp_path),
+        "MOONCAKE_AUTOLOAD": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "webapp.core.server", "--host", "127.0.0.1", "--port", str(port)],
+            env=env, cwd=settings.BASE_DIR, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        own = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while (status := _get(port, "/version", "web")[0]) != 200:
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.3)
+        status, body = _get(port, "/metrics", own)
+        assert status == 200 and b"python_info" in body
+        assert _get(port, "/version", own)[0] == 400
+        assert _get(port, "/metrics", f"127.0.0.2:{port}")[0] == 400
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _get(port: int, path: str, host: str) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path, headers={"Host": host})
+        response = connection.getresponse()
+        return response.status, response.read()
+    except OSError:
+        return 0, b""
+    finally:
+        connection.close()
