@@ -20,12 +20,13 @@ KERNEL_CXX := $(if $(filter environment command line,$(origin CXX)),$(CXX),c++)
 KERNEL_STAMP := $(VENV)/.mooncake-kernel
 CONFIG ?= $(wildcard mooncake.yaml)
 
-.PHONY: help install run test test-postgres lint browsers services bench
+.PHONY: help install run test test-postgres test-replicas lint browsers services bench
 
 help:
 	@echo "make run    install into $(VENV) if needed, then serve on http://127.0.0.1:8000/"
 	@echo "make test   install, then lint and run every test suite (the web suites on SQLite and PostgreSQL)"
 	@echo "make test-postgres   only the web suites on a throwaway PostgreSQL"
+	@echo "make test-replicas   only the replica tests (two Daphnes behind nginx, PostgreSQL, Redis, Celery)"
 	@echo "make lint   ruff and mypy"
 
 $(BIN)/python:
@@ -97,6 +98,10 @@ test: install browsers services lint
 
 test-postgres: install services
 	$(PG_PASS)
+
+# Two real replicas behind nginx with PostgreSQL, Redis and a Celery worker (also part of `make test`).
+test-replicas: install services
+	$(BIN)/pytest -m replicas -p no:cacheprovider
 
 # Serving benchmark: Mooncake vs `transformers serve --continuous-batching` (its own venv under bench/).
 bench: install

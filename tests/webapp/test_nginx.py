@@ -4,77 +4,27 @@ login attempts rate-limited, WebSocket upgrades passed, the scheme set by nginx.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
-import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, LiveDaphne, free_port
+from tests.conftest import REPO_ROOT, LiveDaphne
+from tests.webapp.nginx import Proxy, nginx_skip_reason, start_nginx
 
 pytestmark = pytest.mark.slow
 
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-
-
-@dataclass
-class Proxy:
-    port: int
-    access_log: Path
-
-    def connection(self) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-
-
-def site_config(upstream: str, static_dir: Path) -> str:
-    """The shipped site with the compose file's names swapped for this test's addresses."""
-    text = (REPO_ROOT / "docker" / "nginx.conf").read_text(encoding="utf-8")
-    assert "server web:8000;" in text and "alias /srv/static/;" in text and "listen 80;" in text
-    return (
-        text.replace("server web:8000;", f"server {upstream};")
-        .replace("alias /srv/static/;", f"alias {static_dir}/;")
-        .replace("listen 80;", "listen 127.0.0.1:{port};")
-    )
-
-
 @pytest.fixture(scope="module")
 def proxy(daphne_server: LiveDaphne, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    if not Path(NGINX).exists():
-        pytest.skip("nginx is not installed (make test installs it with apt-get when run as root)")
-    work = tmp_path_factory.mktemp("nginx")
-    work.chmod(0o755)  # nginx's workers run as an unprivileged user
-    static = work / "static"
-    static.mkdir()
-    port = free_port()
-    site = site_config(f"{daphne_server.host}:{daphne_server.port}", static).replace("{port}", str(port))
-    (work / "site.conf").write_text(site, encoding="utf-8")
-    (work / "nginx.conf").write_text(
-        f"daemon off;\npid {work}/nginx.pid;\nerror_log {work}/error.log;\nevents {{}}\n"
-        f"http {{\n  access_log {work}/access.log;\n  client_body_temp_path {work}/body;\n"
-        f"  proxy_temp_path {work}/proxy;\n  include {work}/site.conf;\n}}\n",
-        encoding="utf-8",
-    )
-    process = subprocess.Popen([NGINX, "-c", str(work / "nginx.conf")], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                stderr = process.stderr.read().decode() if process.stderr else ""
-                raise RuntimeError(f"nginx did not start: {stderr}") from None
-            time.sleep(0.1)
-    yield Proxy(port, work / "access.log")
-    process.terminate()
-    process.wait(timeout=10)
+    reason = nginx_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    proxy = start_nginx([f"{daphne_server.host}:{daphne_server.port}"], tmp_path_factory.mktemp("nginx"))
+    yield proxy
+    proxy.stop()
 
 
 def test_sse_arrives_token_by_token_through_nginx(proxy: Proxy) -> None:

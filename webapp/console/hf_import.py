@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 
 from webapp.console.models import ConsoleJob
 from webapp.console.paths import allowed_roots
+from webapp.console.replication import publish
 from webapp.core.models import ModelRegistration
 
 logger = logging.getLogger(__name__)
@@ -21,8 +22,9 @@ logger = logging.getLogger(__name__)
 KIND = "hf_import"
 PROBE_TIMEOUT_S = 10.0
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-# Weights as safetensors plus config and tokenizer files; never pickled checkpoints.
-WANTED = ("*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.tiktoken")
+# Weights as safetensors plus config, tokenizer and chat template (newer repos keep it in its own .jinja
+# file); never pickled checkpoints.
+WANTED = ("*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.tiktoken", "*.jinja")
 
 
 class HubImportError(ValueError):
@@ -123,6 +125,7 @@ def hf_import_run(job_id: int) -> str:
     ModelRegistration.objects.get_or_create(
         name=model_name_for(repo_id), defaults={"source": str(dest.resolve()), "aliases": []}
     )
+    publish("worker")  # every replica registers it now rather than at its next periodic pass
     message = f"imported into {dest}; load it from the models page"
     _update(job, state=ConsoleJob.State.SUCCEEDED, message=message, progress=1.0)
     return message

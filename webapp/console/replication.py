@@ -159,13 +159,18 @@ class ModelSync:
 def announce(sync: ModelSync) -> None:
     """Tell every replica (this one too) that the saved model state changed."""
     sync.nudge()
+    publish(sync.name)
+
+
+def publish(sender: str) -> None:
+    """Wake the replicas' syncs through Redis (a Celery worker that saved a model calls this too)."""
     if not settings.REDIS_URL:
         return
     import redis
 
     try:
         with redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2) as client:
-            client.publish(CHANNEL, sync.name)
+            client.publish(CHANNEL, sender)
     except redis.RedisError as exc:  # the others still catch up at their next periodic pass
         logger.warning("Could not announce a model change (%s); replicas apply it within %.0f s", exc,
                        SYNC_INTERVAL_S)  # fmt: skip

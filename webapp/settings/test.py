@@ -26,4 +26,7 @@ DEBUG = False
 SECRET_KEY = "mooncake-test-secret-key-not-for-production-use-0123456789abcdef"
 ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The run's own process keeps the in-memory layer whatever REDIS_URL says (Redis tests switch per test);
+# servers it starts as replicas of one deployment set MOONCAKE_TEST_SHARED_LAYER=1 and share Redis's.
+if os.environ.get("MOONCAKE_TEST_SHARED_LAYER") != "1":
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -67,7 +67,10 @@ def test_import_reports_progress_and_registers(
     """The hub itself is out of reach here, so its two calls are replaced; everything around them is real."""
     import huggingface_hub
 
-    files = ["config.json", "model.safetensors", "tokenizer.json", "pytorch_model.bin", "README.md"]
+    files = [
+        "config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "pytorch_model.bin",
+        "README.md",
+    ]  # fmt: skip
     progress: list[float] = []
 
     def download(repo_id: str, filename: str, *, local_dir: Path, endpoint: str | None) -> str:
@@ -84,9 +87,10 @@ def test_import_reports_progress_and_registers(
     hf_import_run(job.pk)
     job.refresh_from_db()
     assert job.state == ConsoleJob.State.SUCCEEDED and job.progress == 1.0
-    assert progress == [0.0, 1 / 3, 2 / 3]  # pickles and READMEs are never fetched
+    assert progress == [0.0, 1 / 4, 2 / 4, 3 / 4]  # pickles and READMEs are never fetched
     dest = model_root / "hf" / "org--tiny-model"
-    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    fetched = sorted(p.name for p in dest.iterdir())
+    assert fetched == ["chat_template.jinja", "config.json", "model.safetensors", "tokenizer.json"]
     row = ModelRegistration.objects.get(name="tiny-model")
     assert row.source == str(dest.resolve())
     sync_manager()  # the web process registers what the worker recorded
