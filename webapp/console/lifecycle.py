@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Case, F, Value, When
@@ -54,22 +55,22 @@ def _desire(name: str, state: str) -> None:
         _sync().mark_applied(name, revision)
 
 
-def model_load(*, name: str) -> ProcessJob:
+def _act(name: str, desired: str, apply: Callable[..., ProcessJob]) -> ProcessJob:
+    """Check, save for every replica, apply here, announce: an admin's load or unload."""
     _require(name)
     _busy_check(name)
-    _desire(name, ModelRegistration.Desired.LOADED)
-    job = apply_load(name=name)
+    _desire(name, desired)
+    job = apply(name=name)
     _announce()
     return job
+
+
+def model_load(*, name: str) -> ProcessJob:
+    return _act(name, ModelRegistration.Desired.LOADED, apply_load)
 
 
 def model_unload(*, name: str) -> ProcessJob:
-    _require(name)
-    _busy_check(name)
-    _desire(name, ModelRegistration.Desired.UNLOADED)
-    job = apply_unload(name=name)
-    _announce()
-    return job
+    return _act(name, ModelRegistration.Desired.UNLOADED, apply_unload)
 
 
 def apply_load(*, name: str) -> ProcessJob:
