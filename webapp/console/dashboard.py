@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 
 from webapp.api.models import RequestLog
+from webapp.core.gpu_probe import console_gpu as _gpu
 from webapp.core.runtime import get_runtime
 
 HISTORY = 300  # samples kept (5 minutes at one a second)
@@ -57,23 +58,6 @@ def _quantile(values: list[float], q: float) -> float | None:
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
-
-
-def _gpu() -> tuple[float | None, float | None]:
-    """GPU memory (MiB) and utilisation (%) through NVML when a CUDA device is in use."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None, None
-        used = torch.cuda.memory_allocated() / 2**20
-        try:
-            util: float | None = float(torch.cuda.utilization())  # needs pynvml
-        except Exception:
-            util = None
-        return used, util
-    except Exception:
-        return None, None
 
 
 class Sampler:

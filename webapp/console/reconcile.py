@@ -60,4 +60,3 @@ def reconcile(sync: ModelSync) -> None:
                 elif row.desired_state == row.Desired.UNLOADED and info.state == "loaded":
                     lifecycle.apply_unload(name=name)
                 sync.mark_applied(name, row.state_revision)
-

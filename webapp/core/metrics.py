@@ -1,16 +1,28 @@
-"""Engine statistics as Prometheus metrics named like vLLM's (so its dashboards fit), read at scrape time."""
+"""Engine statistics as Prometheus metrics named like vLLM's (so its dashboards fit), read at scrape time.
+
+Beside the `mooncake:*` names, four `mooncake_*` names that dashboards written for them expect:
+`mooncake_request_duration_seconds` (the e2e latency histogram again), `mooncake_tokens_generated_per_second`,
+`mooncake_gpu_utilization` and `mooncake_vram_usage_bytes` (the GPU two have no samples off CUDA).
+"""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator
-from typing import Any
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
+from webapp.core import gpu_probe
 from webapp.core.runtime import get_runtime
+
+if TYPE_CHECKING:
+    from inference.metrics import Histogram
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +55,54 @@ def _bucket_label(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], hist: Histogram) -> None:
+    buckets = [(_bucket_label(b), c) for b, c in zip(hist.buckets, hist.counts, strict=True)]
+    if not buckets or buckets[-1][0] != "+Inf":
+        buckets.append(("+Inf", hist.count))
+    family.add_metric(labels, buckets, hist.sum)
+
+
+TOKEN_RATE_WINDOW_S = 10.0
+_MAX_RATE_SAMPLES = 256  # bounds memory under a scraper gone wild; the rate then spans fewer seconds
+
+
+class TokenRate:
+    """Generation tokens per second per model over about the last TOKEN_RATE_WINDOW_S seconds.
+
+    The engine keeps only a running total, so each scrape records (time, total) and the rate is taken
+    from the newest earlier record at least a window old: 10-15 s at the shipped 5 s scrape interval,
+    the whole gap when scrapes are further apart, and 0 on a model's first scrape. Every scraper feeds
+    the same records, so a second scraper does not shorten anyone's window below TOKEN_RATE_WINDOW_S.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()  # scrapes may run on several threads at once
+        self._history: dict[str, deque[tuple[float, int]]] = {}
+
+    def update(self, totals: dict[str, int]) -> dict[str, float]:
+        rates: dict[str, float] = {}
+        with self._lock:
+            now = self._clock()  # inside the lock, so records stay in time order
+            for model in set(self._history) - set(totals):
+                del self._history[model]  # unloaded: a later load starts afresh
+            for model, total in totals.items():
+                history = self._history.setdefault(model, deque(maxlen=_MAX_RATE_SAMPLES))
+                if history and total < history[-1][1]:
+                    history.clear()  # the engine restarted and its counter with it
+                history.append((now, total))
+                while len(history) > 1 and history[1][0] <= now - TOKEN_RATE_WINDOW_S:
+                    history.popleft()
+                since, before = history[0]
+                rates[model] = (total - before) / (now - since) if now > since else 0.0
+        return rates
+
+
 class EngineCollector(Collector):
     """Gauges, counters and histograms for every loaded engine, labelled with its model name."""
+
+    def __init__(self) -> None:
+        self.token_rate = TokenRate()
 
     def collect(self) -> Iterable[Metric]:
         running = GaugeMetricFamily(
@@ -79,8 +137,16 @@ class EngineCollector(Collector):
             key: HistogramMetricFamily(f"{PREFIX}{name}", doc, labels=_LABELS)
             for key, (name, doc) in _HISTOGRAMS.items()
         }
+        request_duration = HistogramMetricFamily(
+            "mooncake_request_duration_seconds",
+            "Time from arrival to the end of the request (the observations of "
+            f"{PREFIX}e2e_request_latency_seconds).",
+            labels=["model"],
+        )
+        generated_totals: dict[str, int] = {}
         for model, stats in _loaded_engines():
             labels = [model]
+            generated_totals[model] = stats.generation_tokens_total
             running.add_metric(labels, stats.num_running)
             waiting.add_metric(labels, stats.num_waiting)
             kv_usage.add_metric(labels, stats.kv_cache_usage)
@@ -94,15 +160,51 @@ class EngineCollector(Collector):
                 success.add_metric([model, reason], count)
             for key, family in histograms.items():
                 hist = stats.histograms.get(key)
-                if hist is None:
-                    continue
-                buckets = [(_bucket_label(b), c) for b, c in zip(hist.buckets, hist.counts, strict=True)]
-                if not buckets or buckets[-1][0] != "+Inf":
-                    buckets.append(("+Inf", hist.count))
-                family.add_metric(labels, buckets, hist.sum)
+                if hist is not None:
+                    _add_histogram(family, labels, hist)
+            e2e = stats.histograms.get("e2e_latency")
+            if e2e is not None:
+                _add_histogram(request_duration, labels, e2e)
+        tokens_per_second = GaugeMetricFamily(
+            "mooncake_tokens_generated_per_second",
+            f"Tokens generated per second over about the last {TOKEN_RATE_WINDOW_S:g} s "
+            "(since the newest scrape at least that old).",
+            labels=["model"],
+        )
+        for model, rate in sorted(self.token_rate.update(generated_totals).items()):
+            tokens_per_second.add_metric([model], rate)
         yield from (running, waiting, kv_usage, kv_capacity, prompt_tokens, generation_tokens, preemptions)
         yield from (prefix_queries, prefix_hits, success, *histograms.values())
+        yield from (request_duration, tokens_per_second)
+        yield from _gpu_metrics()
         yield from _model_states()
+
+
+def _gpu_metrics() -> Iterator[Metric]:
+    """Per CUDA device this process uses; no samples on CPU or before an engine puts anything on a GPU."""
+    utilization = GaugeMetricFamily(
+        "mooncake_gpu_utilization",
+        "Percent of time a kernel ran on the GPU (NVML, device-wide; 0-100). No samples off CUDA.",
+        labels=["device"],
+    )
+    vram = GaugeMetricFamily(
+        "mooncake_vram_usage_bytes",
+        "Bytes this process's PyTorch tensors hold on the GPU. No samples off CUDA.",
+        labels=["device"],
+    )
+    try:
+        readings = gpu_probe.read_devices()
+    except Exception:
+        # A scrape must answer even when the driver misbehaves: the GPU figures are simply missing.
+        logger.debug("GPU probe failed", exc_info=True)
+        readings = []
+    for reading in readings:
+        device = [str(reading.index)]
+        if reading.utilization is not None:
+            utilization.add_metric(device, reading.utilization)
+        vram.add_metric(device, reading.vram_bytes)
+    yield utilization
+    yield vram
 
 
 def _model_states() -> Iterator[Metric]:
