@@ -18,7 +18,9 @@ from inference.config import (
     DEFAULT_MAX_QUEUE_LEN,
     DEVICES,
     DTYPES,
+    ENGINE_TYPES,
     QUANTIZATIONS,
+    REMOTE_FIELDS,
     CacheConfig,
     EngineConfig,
     ModelConfig,
@@ -33,6 +35,8 @@ from inference.errors import (
     QueueFullError,
     RequestFailedError,
     UnknownModelError,
+    UpstreamRejectedError,
+    UpstreamUnavailableError,
 )
 from inference.metrics import EngineStats, Histogram
 from inference.outputs import (
@@ -199,6 +203,7 @@ __all__ = [
     "DEFAULT_MAX_QUEUE_LEN",
     "DEVICES",
     "DTYPES",
+    "ENGINE_TYPES",
     "MAX_INT32",
     "MAX_LOGIT_BIAS",
     "MAX_LOGIT_BIAS_VALUE",
@@ -211,6 +216,7 @@ __all__ = [
     "MAX_TEMPERATURE",
     "MIN_REPETITION_PENALTY",
     "QUANTIZATIONS",
+    "REMOTE_FIELDS",
     "SEED_RANGE",
     "CacheConfig",
     "CompletionOutput",
@@ -241,4 +247,6 @@ __all__ = [
     "TokenLogprobs",
     "Tokenizer",
     "UnknownModelError",
+    "UpstreamRejectedError",
+    "UpstreamUnavailableError",
 ]

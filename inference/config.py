@@ -6,8 +6,9 @@ import dataclasses
 import os
 import types
 import typing
+import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # The choice lists, defined once: validation here, the attention selector and the console's forms use them.
@@ -15,9 +16,16 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 QUANTIZATIONS = ("none", "gguf")
+# Who runs the model: "native" is our engine in this process; "openai" an existing server that speaks
+# the OpenAI API (vLLM, SGLang, TGI, llama-server, Ollama) at base_url (inference.remote_engine).
+ENGINE_TYPES = ("native", "openai")
+# Engine types that will start their server as a supervised child; until then `openai` reaches one.
+_PLANNED_TYPES = ("vllm", "sglang", "tgi", "transformers")
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
-_IGNORED_KEYS = frozenset({"type", "name", "aliases", "keep_alive", "keep_alive_seconds"})
-_ALIASES = {"model_id": "model"}
+_IGNORED_KEYS = frozenset({"name", "aliases", "keep_alive", "keep_alive_seconds"})
+_ALIASES = {"model_id": "model", "type": "engine_type"}
+# EngineConfig fields that only an `openai` engine reads.
+REMOTE_FIELDS = ("base_url", "api_key", "upstream_model", "request_timeout")
 
 
 # Defaults other layers size themselves by (the API refuses a request the queue could never hold).
@@ -143,9 +151,17 @@ class EngineConfig:
     # Folders a model source must really (symlinks followed) lie in at load; None: anywhere. "default"
     # (the bundled model) is always allowed.
     model_roots: tuple[str, ...] | None = None
+    # mooncake.yaml's `engine.type`. For "openai", `model` is only where the tokenizer and chat template
+    # come from (prompts are templated here and sent upstream as token ids); the weights stay upstream.
+    engine_type: str = "native"
+    base_url: str | None = None  # the upstream's OpenAI API root, e.g. http://vllm:8000/v1
+    api_key: str | None = field(default=None, repr=False)  # sent as a Bearer token; kept out of reprs
+    upstream_model: str | None = None  # the upstream's name for the model; None: the first it lists
+    request_timeout: float = 600.0  # seconds the upstream may stay silent (connecting: at most 10)
 
     def __post_init__(self) -> None:
         # Build the groups once so a bad value fails at construction, not at load time.
+        self._check_engine_type()
         self.model_config()
         self.cache_config()
         if self.cpu_threads is not None:
@@ -156,6 +172,28 @@ class EngineConfig:
         check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
         check_positive("max_queue_len", self.max_queue_len)
         _off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
+
+    def _check_engine_type(self) -> None:
+        if self.engine_type in _PLANNED_TYPES:
+            raise ValueError(
+                f"engine type {self.engine_type!r} is not available yet; run that server yourself and use "
+                "type 'openai' with base_url pointing at its OpenAI API (e.g. http://vllm:8000/v1)"
+            )
+        if self.engine_type not in ENGINE_TYPES:
+            raise ValueError(f"engine type must be one of {ENGINE_TYPES}, got {self.engine_type!r}")
+        check_positive("request_timeout", self.request_timeout)
+        if self.engine_type == "native":
+            stray = [name for name in REMOTE_FIELDS[:3] if getattr(self, name) is not None]
+            if stray:
+                raise ValueError(f"{', '.join(stray)} only apply to engine type 'openai' (type is 'native')")
+            return
+        if not self.base_url:
+            raise ValueError("base_url is required for engine type 'openai' (e.g. http://vllm:8000/v1)")
+        check_base_url(self.base_url)
+        if self.upstream_model is not None and not self.upstream_model.strip():
+            raise ValueError(
+                "upstream_model must not be empty (leave it out to use the upstream's first model)"
+            )
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(
@@ -190,8 +228,6 @@ class EngineConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EngineConfig:
         """Build from the merged mooncake.yaml `model` + `engine` sections; strings from env are coerced."""
-        if str(d.get("type", "native")) != "native":
-            raise ValueError(f"engine type {d['type']!r} is not supported; only 'native'")
         hints = typing.get_type_hints(cls)
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
@@ -207,6 +243,15 @@ class EngineConfig:
         if unknown:
             raise ValueError(f"unknown engine setting(s): {', '.join(sorted(unknown))}")
         return cls(**kwargs)
+
+
+def check_base_url(url: str) -> None:
+    """An absolute http(s) URL with a host: what every OpenAI-compatible server is reached by."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"base_url must be an http:// or https:// URL with a host, got {url!r}")
+    if parsed.query or parsed.fragment:
+        raise ValueError(f"base_url must not have a query or fragment, got {url!r}")
 
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:

@@ -44,3 +44,22 @@ class NoModelLoadedError(EngineError):
 
 class InsufficientMemoryError(EngineError):
     """Loading a model would exceed the manager's memory budget and eviction cannot help."""
+
+
+class UpstreamUnavailableError(EngineError):
+    """An `openai` engine's upstream server cannot serve now: unreachable, timed out, failing (5xx),
+    overloaded (429) or refusing our credentials. Worth retrying after `retry_after` seconds (HTTP 503)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UpstreamRejectedError(EngineError):
+    """An `openai` engine's upstream refused this request as invalid (its 400, 413 or 422); the message is
+    the upstream's own, meant for the client (HTTP 400)."""
+
+    def __init__(self, message: str, *, status: int, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param

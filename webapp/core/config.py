@@ -19,9 +19,9 @@ import yaml
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from inference.api import EngineConfig
+from webapp.core.engine_env import engine_environment
+from webapp.core.sourced import Source, Sourced
 
-Source = Literal["default", "env", "yaml", "console"]
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 SECTIONS = ("server", "model", "engine", "api")
 # What settings.MOONCAKE holds where the file is silent (the file's own sections go over these).
@@ -31,26 +31,6 @@ YAML_DEFAULTS: dict[str, dict[str, Any]] = {
     "engine": {"type": "native"},
     "api": {"openai_compatible": True},
 }
-# Engine fields the environment may set; the engine itself reads no environment (cache_dir comes from
-# the data-directory section, MOONCAKE_CACHE_DIR).
-ENGINE_ENV = {
-    "cpu_threads": "MOONCAKE_CPU_THREADS",
-    "q4_decode": "MOONCAKE_Q4_DECODE",
-    "q4_amx": "MOONCAKE_Q4_AMX",
-    "kernel_compiler": "CXX",
-}
-
-
-class Sourced(BaseModel):
-    """One effective value and where it came from (origin: the variable, yaml key or console page)."""
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-    value: Any
-    source: Source
-    origin: str = ""
-
-    def describe(self) -> str:
-        return f"{self.source} ({self.origin})" if self.origin else self.source
 
 
 class ServerSettings(BaseModel):
@@ -163,8 +143,7 @@ def resolve_settings(
         if key in raw.get(section, {}):
             sourced = Sourced(value=raw[section][key], source="yaml", origin=spec.yaml or "")
         sources[name] = sourced
-    engine_env = {k: Sourced(value=env[v], source="env", origin=v) for k, v in ENGINE_ENV.items() if v in env}
-    _check_engine_env(engine_env)
+    engine_env = engine_environment(raw.get("engine", {}), env)
     server, sources = _validate(sources)
     return MooncakeSettings(
         server=server,
@@ -237,15 +216,6 @@ def _validate(sources: Mapping[str, Sourced]) -> tuple[ServerSettings, dict[str,
             problems.append(f"{where}={sources[name].value!r}: {error['msg']}")
         raise ImproperlyConfigured("; ".join(problems)) from None
     return server, {k: s.model_copy(update={"value": getattr(server, k)}) for k, s in sources.items()}
-
-
-def _check_engine_env(engine_env: Mapping[str, Sourced]) -> None:
-    """A bad engine variable fails here, at start-up, naming the variable, not at the first load."""
-    for name, sourced in engine_env.items():
-        try:
-            EngineConfig.from_dict({name: sourced.value})
-        except ValueError as exc:
-            raise ImproperlyConfigured(f"{sourced.origin}={sourced.value!r}: {exc}") from None
 
 
 class _ServerSection(BaseModel):

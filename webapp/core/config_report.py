@@ -70,16 +70,23 @@ def _console_rows() -> tuple[EngineSettings | None, list[ModelRegistration], str
         return None, [], f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; run migrate"
 
 
+# Printed as set or not, never as their value.
+SECRETS = frozenset({"api_key"})
+
+
 def _table(sources: Mapping[str, Sourced]) -> list[str]:
     return [
-        f"  {name:<{NAME_WIDTH}}{_show(sourced.value):<{VALUE_WIDTH}} {sourced.describe()}"
+        f"  {name:<{NAME_WIDTH}}{_show(sourced.value, secret=name in SECRETS):<{VALUE_WIDTH}} "
+        f"{sourced.describe()}"
         for name, sourced in sources.items()
     ]
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, *, secret: bool = False) -> str:
     if value is None:
         return "(none)"
+    if secret:
+        return "(set, hidden)"
     if isinstance(value, list | tuple):
         return ", ".join(_show(item) for item in value) or "(none)"
     return str(value)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 
 from inference.api import EngineClient, EngineConfig, ModelManagerClient
 from webapp.core.engine_config import ResolvedEngine, base_layers, merge_layers, resolve_engine
+
+if TYPE_CHECKING:
+    from inference.async_engine import AsyncEngine
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
@@ -47,13 +50,25 @@ def served_model_name(mooncake: dict[str, dict[str, Any]]) -> str:
     return path.stem if path.suffix == ".gguf" else path.name or source
 
 
+def start_engine(config: EngineConfig) -> AsyncEngine:
+    """The engine `engine.type` names: ours in this process, or a remote OpenAI-compatible server."""
+    # Function-local on purpose: this is where the web app builds the engine side (torch); see the docstring.
+    from inference.async_engine import AsyncEngine
+    from inference.remote_engine import RemoteEngine
+
+    if config.engine_type == "openai":
+        # The manager is typed by the native engine; RemoteEngine offers all it calls on one (shutdown,
+        # stats, set_on_death and the restart primitives).
+        return cast("AsyncEngine", RemoteEngine.start(config))
+    return AsyncEngine.start(config)
+
+
 def build_manager(*, on_loaded: Callable[[EngineClient], None]) -> ModelManagerClient:
     """The manager with mooncake.yaml's model registered as the default (the console's come at start)."""
-    # Function-local on purpose: this is where the web app builds the engine side (torch); see the docstring.
-    from inference.manager import ModelManager
+    from inference.manager import ModelManager  # function-local: see start_engine
 
     budget = settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
-    manager = ModelManager(memory_budget_bytes=budget, on_loaded=on_loaded)
+    manager = ModelManager(memory_budget_bytes=budget, on_loaded=on_loaded, engine_factory=start_engine)
     mooncake = settings.MOONCAKE
     name = served_model_name(mooncake)
     aliases = [str(a) for a in mooncake.get("model", {}).get("aliases", [])]

@@ -13,12 +13,17 @@ from typing import Any
 
 from django.conf import settings
 
-from inference.api import EngineConfig
+from inference.api import REMOTE_FIELDS, EngineConfig
 from webapp.core.config import YAML_DEFAULTS, MooncakeSettings, Sourced
 
 Layer = Mapping[str, Sourced]
 # Keys users write that name a field differently (the yaml's `model_id` is EngineConfig.model).
-_ALIASES = {"model_id": "model"}
+_ALIASES = {"model_id": "model", "type": "engine_type"}
+# What says who runs mooncake.yaml's model: a model registered in the console runs natively whatever
+# engine.type says, since base_url and its upstream serve that one model.
+_REMOTE_KEYS = frozenset({"engine_type", *REMOTE_FIELDS})
+# Resolved into the environment layer (webapp.core.config reads the variable it names).
+_RESOLVED_KEYS = frozenset({"api_key_env"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,21 +55,27 @@ def resolve_engine(layers: Iterable[Layer]) -> ResolvedEngine:
     return ResolvedEngine(config=config, sources=sources)
 
 
-def base_layers(mooncake: Mapping[str, Mapping[str, Any]]) -> list[Layer]:
-    """Everything below the console: the cache folder, the environment's engine settings, the yaml."""
+def base_layers(mooncake: Mapping[str, Mapping[str, Any]], *, remote: bool = True) -> list[Layer]:
+    """Everything below the console: the cache folder, the environment's engine settings, the yaml.
+    remote=False leaves out engine.type and the remote engine's keys (a console-registered model)."""
     resolved: MooncakeSettings = settings.MOONCAKE_SETTINGS
     cache = resolved.sources["cache_dir"]
-    return [
+    layers: list[Layer] = [
         {"cache_dir": cache.model_copy(update={"value": str(settings.CACHE_DIR)})},
         resolved.engine_env,
         _yaml_layer(mooncake, resolved.yaml_keys),
     ]
+    if remote:
+        return layers
+    return [{k: v for k, v in layer.items() if _ALIASES.get(k, k) not in _REMOTE_KEYS} for layer in layers]
 
 
 def _yaml_layer(mooncake: Mapping[str, Mapping[str, Any]], file_keys: frozenset[str]) -> Layer:
     layer: dict[str, Sourced] = {}
     for section in ("model", "engine"):
         for key, value in mooncake.get(section, {}).items():
+            if key in _RESOLVED_KEYS:
+                continue
             where = f"{section}.{key}"
             # settings.MOONCAKE fills in YAML_DEFAULTS where the file is silent: those are defaults.
             if where not in file_keys and YAML_DEFAULTS.get(section, {}).get(key, object()) == value:

@@ -89,7 +89,7 @@ def resolve_registered_engine(
     registration: ModelRegistration, tuning: EngineSettings | None = None
 ) -> ResolvedEngine:
     """mooncake.yaml's model+engine sections, then the tuning page, then this model's own settings."""
-    base = base_layers(settings.MOONCAKE)
+    base = base_layers(settings.MOONCAKE, remote=registration.builtin)
     own: dict[str, Any] = {
         "model": registration.source,
         "dtype": registration.dtype,

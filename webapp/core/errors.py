@@ -18,6 +18,8 @@ from inference.api import (
     PromptTooLongError,
     QueueFullError,
     UnknownModelError,
+    UpstreamRejectedError,
+    UpstreamUnavailableError,
 )
 from webapp.core.request_id import error_reference
 
@@ -173,12 +175,22 @@ def from_engine_error(exc: BaseException, *, loading: bool = False) -> MooncakeE
         return Unavailable(
             str(exc) or "No model is loaded yet.", code="model_not_loaded", retry_after=MODEL_RETRY_AFTER_S
         )
+    if isinstance(exc, UpstreamRejectedError):
+        # The upstream's own words about the client's request (an `openai` engine): theirs to fix.
+        return InvalidRequest(str(exc) or "The model's server refused the request.", param=exc.param)
     if isinstance(exc, ValueError) and not isinstance(exc, EngineError):
         return InvalidRequest(str(exc))
     # A dead engine's or a failed request's text can hold crash details (CUDA errors, paths, tracebacks):
     # callers get a generic sentence and a reference, the log gets the details under the same reference.
     reference = error_reference()
     logger.error("engine failure (reference %s): %s: %s", reference, type(exc).__name__, exc)
+    if isinstance(exc, UpstreamUnavailableError):
+        return Unavailable(
+            f"The model's server is unavailable; retry shortly (request id {reference}).",
+            code="upstream_unavailable",
+            retry_after=exc.retry_after or MODEL_RETRY_AFTER_S,
+            reference=reference,
+        )
     if isinstance(exc, EngineDeadError):
         return Unavailable(
             f"The engine stopped and is being restarted; retry shortly (request id {reference}).",
