@@ -27,11 +27,14 @@
   function autosize() { input.style.height = "auto"; input.style.height = Math.min(input.scrollHeight, 220) + "px"; }
   function nonce() { return Math.random().toString(36).slice(2, 12); }
 
+  // Exactly one of Send and Stop shows (mooncake.css makes [hidden] beat button.primary's display).
   function setRunning(on) {
     running = on;
     root.dataset.running = on ? "true" : "false";
+    const hadFocus = document.activeElement === stopBtn || document.activeElement === sendBtn;
     stopBtn.hidden = !on;
     sendBtn.hidden = on;
+    if (hadFocus) { (on ? stopBtn : input).focus(); }  // A hidden button would drop focus to the page.
   }
 
   function handle(ev) {
@@ -64,9 +67,17 @@
 
   function setTitle(text) {
     const field = document.getElementById("title-input");
-    if (field && document.activeElement !== field) { field.value = text; }
-    const item = document.querySelector("#conv-" + root.dataset.conversationId + " .conv-title");
-    if (item) { item.textContent = text; }
+    if (field) {
+      field.dataset.saved = text;
+      if (document.activeElement !== field) { field.value = text; }  // Never under the user's typing.
+    }
+    const item = document.getElementById("conv-" + root.dataset.conversationId);
+    if (item) {
+      item.querySelector(".conv-title").textContent = text;
+      const del = item.querySelector(".conv-delete");
+      del.setAttribute("aria-label", "Delete " + text);
+      del.setAttribute("hx-confirm", "Delete \u201c" + text + "\u201d? This cannot be undone.");
+    }
     document.title = text + " · Mooncake";
   }
 
@@ -154,7 +165,9 @@
   });
   input.addEventListener("input", autosize);
   document.addEventListener("keydown", function (e) {
-    if (e.key === "Escape" && running) { e.preventDefault(); send({ type: "stop" }); }
+    if (e.key !== "Escape") { return; }
+    if (sidebarShown()) { e.preventDefault(); setSidebar(false); return; }  // The open list first.
+    if (running) { e.preventDefault(); send({ type: "stop" }); }
   });
   stopBtn.addEventListener("click", function () { send({ type: "stop" }); });
 
@@ -166,8 +179,49 @@
       onToggle(open);
     });
   }
-  toggler("sidebar-toggle", function (open) { root.classList.toggle("sidebar-open", open); });
   toggler("settings-toggle", function (open) { document.getElementById("settings-panel").hidden = !open; });
+
+  // The chat list: a column on wide screens; on a phone an overlay opened by ☰ and closed by its ✕,
+  // Esc, or a tap on the backdrop, after which focus goes back to ☰.
+  const sidebarToggle = document.getElementById("sidebar-toggle");
+  function sidebarShown() {
+    // offsetParent is null while ☰ is not displayed: wide screens always show the list.
+    return root.classList.contains("sidebar-open") && sidebarToggle.offsetParent !== null;
+  }
+  function setSidebar(open) {
+    root.classList.toggle("sidebar-open", open);
+    sidebarToggle.setAttribute("aria-expanded", open ? "true" : "false");
+    sidebarToggle.setAttribute("aria-label", open ? "Hide chats" : "Show chats");
+    (open ? document.getElementById("sidebar-close") : sidebarToggle).focus();
+  }
+  sidebarToggle.addEventListener("click", function () { setSidebar(!root.classList.contains("sidebar-open")); });
+  document.getElementById("sidebar-close").addEventListener("click", function () { setSidebar(false); });
+  document.getElementById("sidebar-backdrop").addEventListener("click", function () { setSidebar(false); });
+
+  // Renaming: Enter or leaving the field sends the title once, in place. The form's own submit would
+  // load a new page, so it never runs; htmx posts on the "rename" event instead.
+  const titleBox = document.getElementById("chat-title");
+  function rename() {
+    const titleForm = titleBox.querySelector(".title-form");
+    const field = titleForm && titleForm.querySelector(".title-input");
+    if (!field || field.value === field.dataset.saved) { return; }  // Enter, then blur: one request.
+    field.dataset.saved = field.value;
+    if (window.htmx) { window.htmx.trigger(titleForm, "rename"); }
+  }
+  titleBox.addEventListener("submit", function (e) { e.preventDefault(); rename(); });
+  titleBox.addEventListener("change", rename);
+
+  // htmx leaves 4xx responses unswapped; a chat form's 400 is the form again with its errors by the fields.
+  document.body.addEventListener("htmx:beforeSwap", function (e) {
+    if (e.detail.xhr.status === 400 && root.contains(e.detail.elt)) {
+      e.detail.shouldSwap = true;
+      e.detail.isError = false;
+    }
+  });
+  document.body.addEventListener("htmx:afterSwap", function (e) {
+    const invalid = e.detail.target.querySelector("[aria-invalid=true]");
+    if (invalid && root.contains(e.detail.target)) { invalid.focus(); }
+  });
 
   setRunning(false);
   toBottom();

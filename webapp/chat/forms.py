@@ -9,7 +9,10 @@ from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 
 class RenameForm(forms.Form):
-    title = forms.CharField(max_length=200, strip=True)
+    # Spaces alone strip to nothing, which "required" refuses with this message.
+    title = forms.CharField(
+        max_length=200, strip=True, error_messages={"required": "The title cannot be blank."}
+    )
 
 
 class SettingsForm(forms.Form):

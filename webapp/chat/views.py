@@ -6,17 +6,18 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+from asgiref.sync import async_to_sync
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from webapp.chat import selectors, services, transfer
+from webapp.chat import events, selectors, services, transfer
 from webapp.chat.forms import ImportForm, RenameForm, SettingsForm
 from webapp.chat.models import Conversation
 from webapp.core.errors import InvalidRequest
@@ -103,12 +104,24 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
 def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     form = RenameForm(request.POST)
-    if not form.is_valid():
-        return HttpResponseBadRequest("Title is required.")
-    try:
-        services.conversation_rename(conversation=conversation, title=form.cleaned_data["title"])
-    except InvalidRequest as exc:
-        return HttpResponseBadRequest(exc.message)
+    error = ""
+    if form.is_valid():
+        try:
+            services.conversation_rename(conversation=conversation, title=form.cleaned_data["title"])
+        except InvalidRequest as exc:
+            error = exc.message
+    else:
+        error = " ".join(str(e) for e in form.errors["title"])
+    if not request.headers.get("HX-Request"):  # The form posted without its script: back to the page.
+        if error:
+            messages.error(request, error)
+        return redirect("chat:detail", conversation_id=conversation.pk)
+    if error:
+        # The field gets the stored title back, with the reason beside it.
+        context = {"conversation": conversation, "title_error": error}
+        return render(request, "chat/_title.html", context, status=400)
+    # Every tab open on the chat shows the new title at once (header, sidebar, window title).
+    async_to_sync(events.broadcast)(conversation.pk, events.title(conversation.title))
     return render(request, "chat/_title.html", {"conversation": conversation, "oob_item": True})
 
 

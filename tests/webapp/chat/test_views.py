@@ -15,6 +15,7 @@ from webapp.chat import services
 from webapp.chat.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db
+HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture
@@ -105,11 +106,22 @@ def test_list_search_and_pagination(client: Client, alice: User) -> None:
 
 
 def test_rename(client: Client, chat: Conversation) -> None:
-    response = client.post(reverse("chat:rename", args=[chat.pk]), {"title": "  Maths  homework "})
+    url = reverse("chat:rename", args=[chat.pk])
+    response = client.post(url, {"title": "  Maths  homework "}, headers=HTMX)
     assert response.status_code == 200 and 'hx-swap-oob="true"' in response.content.decode()
     chat.refresh_from_db()
     assert (chat.title, chat.title_is_custom) == ("Maths homework", True)
-    assert client.post(reverse("chat:rename", args=[chat.pk]), {"title": " "}).status_code == 400
+    assert client.post(url, {"title": " "}, headers=HTMX).status_code == 400
+
+
+def test_rename_without_the_script_returns_to_the_chat(client: Client, chat: Conversation) -> None:
+    url = reverse("chat:rename", args=[chat.pk])
+    response = client.post(url, {"title": "Plain form"})
+    assert response.status_code == 302 and response["Location"] == reverse("chat:detail", args=[chat.pk])
+    chat.refresh_from_db()
+    assert chat.title == "Plain form"
+    refused = client.post(url, {"title": ""}, follow=True)
+    assert "The title cannot be blank." in refused.content.decode()
 
 
 def test_delete(client: Client, chat: Conversation) -> None:
@@ -209,3 +221,40 @@ def test_other_users_chats_never_listed(client: Client, alice: User, bobs_chat: 
     assert "Bob" not in client.get(reverse("chat:list"), {"q": "bob"}).content.decode()
     page = client.post(reverse("chat:new"), follow=True).content.decode()
     assert "Bob&#x27;s secret" not in page and "bob private text" not in page
+
+
+def test_rename_refuses_a_blank_title_with_a_message(client: Client, chat: Conversation) -> None:
+    services.conversation_rename(conversation=chat, title="Kept")
+    response = client.post(reverse("chat:rename", args=[chat.pk]), {"title": "   "}, headers=HTMX)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert 'id="title-error"' in html and "blank" in html
+    assert 'value="Kept"' in html  # The stored title is back in the field.
+    assert "{#" not in html and "comment %}" not in html  # Template comments never reach the page.
+    chat.refresh_from_db()
+    assert chat.title == "Kept"
+
+
+def test_rename_tells_every_open_tab(
+    client: Client, chat: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[tuple[int, tuple[dict[str, object], ...]]] = []
+
+    async def record(conversation_id: int, *payloads: dict[str, object]) -> None:
+        sent.append((conversation_id, payloads))
+
+    monkeypatch.setattr("webapp.chat.events.broadcast", record)
+    client.post(reverse("chat:rename", args=[chat.pk]), {"title": "Trip  plans"}, headers=HTMX)
+    assert sent == [(chat.pk, ({"type": "title", "title": "Trip plans"},))]
+
+
+def test_settings_errors_are_shown_by_their_fields(client: Client, chat: Conversation) -> None:
+    url = reverse("chat:settings", args=[chat.pk])
+    data = {"model": "", "system_prompt": "", "temperature": "", "top_p": "0.9", "max_tokens": "64"}
+    response = client.post(url, data)
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert 'id="set-temperature-error"' in html and "This field is required." in html
+    assert 'aria-describedby="set-temperature-error"' in html and 'aria-invalid="true"' in html
+    assert "Saved" not in html and "{#" not in html and "comment %}" not in html
+    assert html.count('aria-invalid="true"') == 1  # Only the field that is wrong.
