@@ -58,7 +58,12 @@ class Sampler:
                 banned = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_token_ids)
                 banned_ids = [t for t in banned if t < logits.shape[1]]
                 if banned_ids:
+                    kept = logits[row, banned_ids].clone() if params.logits_processors else None
                     logits[row, banned_ids] = float("-inf")
+                    # A grammar that is complete allows only ending: banning it too would leave nothing
+                    # to sample (an arbitrary token, or NaN probabilities), so the grammar wins there.
+                    if kept is not None and not bool(torch.isfinite(logits[row]).any()):
+                        logits[row, banned_ids] = kept
         rows = [i for i, s in enumerate(seqs) if s.params.has_penalties]
         if rows:
             _apply_penalties(logits, [seqs[i] for i in rows], rows)

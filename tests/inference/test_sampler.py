@@ -124,3 +124,26 @@ def test_the_callers_logits_are_never_modified():
     plain = [seq(SamplingParams(temperature=0)) for _ in range(3)]
     assert Sampler(eos_token_ids={0})(x, plain).token_ids == x.argmax(-1).tolist()
     assert torch.equal(x, before)
+
+
+def test_min_tokens_yields_to_a_processor_that_allows_only_ending():
+    # A completed grammar masks everything but EOS: min_tokens must not leave a row with nothing allowed.
+    def only_eos(token_ids, row):
+        out = torch.full_like(row, float("-inf"))
+        out[7] = row[7]
+        return out
+
+    for temperature in (0.0, 1.0):
+        params = SamplingParams(temperature=temperature, min_tokens=4, logits_processors=[only_eos])
+        assert Sampler(eos_token_ids={7})(logits(), [seq(params)]).token_ids == [7]
+
+    # With anything else allowed, the ban holds as before.
+    def eos_or_nine(token_ids, row):
+        out = torch.full_like(row, float("-inf"))
+        out[[7, 9]] = row[[7, 9]]
+        return out
+
+    x = logits()
+    x[0, 7] = 50.0
+    params = SamplingParams(temperature=0, min_tokens=4, logits_processors=[eos_or_nine])
+    assert Sampler(eos_token_ids={7})(x, [seq(params)]).token_ids == [9]

@@ -25,8 +25,13 @@ from webapp.api.services.grammar_sandbox import GrammarSandbox, GrammarTooComple
 from webapp.core.errors import InvalidRequest
 from webapp.core.runtime import get_runtime
 
-# JSON without free whitespace: a small model cannot stall the output in an endless run of spaces.
-_JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
+# At most one space between JSON tokens (Python's json.dumps style; llama.cpp's former `" "?`). Models write
+# `{ "key": ...`: with no whitespace allowed, their likeliest token after `{`, `:` or `,` (a space and a quote
+# in one token) is masked and they drift into invented keys and nesting until max_tokens. Newlines are left
+# out: allowed, a small model pretty-prints a nested document instead of answering. One match per gap
+# between tokens and none after the top-level value, so whitespace cannot stall a generation.
+JSON_WHITESPACE = r"\x20"
+_JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": True, "whitespace_pattern": JSON_WHITESPACE}
 # llguidance's bounds on compiling and masking (webapp.api.services.grammar_sandbox sets them). Schema
 # size, depth and regex count are bounded before this, in webapp.api.schemas.common, and each grammar is
 # validated in a sandboxed child under a time and memory limit before it is compiled here.
@@ -59,9 +64,55 @@ def warm_grammar(engine: EngineClient) -> None:
     get_runtime().service(GrammarSandbox).start()
 
 
+# Keywords whose subschemas are alternatives or parts of the value (narrowing one narrows the whole), and
+# those holding maps of them. allOf, not, if/then/else, contains and dependent schemas are left alone: a
+# narrowed branch there can widen the schema or make it unsatisfiable.
+_SUBSCHEMA = ("additionalProperties", "items", "unevaluatedItems")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems", "items")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+
+
+def closed_objects(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with objects that list their properties closed to others unless it says otherwise, as
+    llama.cpp and xgrammar do. Open, a model that has written every property goes on inventing keys and
+    nested objects instead of `}`. The output still validates against the schema as given: only schemas
+    whose required keys are all listed are closed, and none reached through allOf, not or if."""
+    # A $defs entry may be reached through allOf by a $ref: keep them as written then.
+    walk_defs = '"allOf"' not in json.dumps(schema)
+    return _close(schema, walk_defs=walk_defs)
+
+
+def _close(schema: Any, *, walk_defs: bool) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA:
+        if isinstance(out.get(key), dict):
+            out[key] = _close(out[key], walk_defs=walk_defs)
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_close(s, walk_defs=walk_defs) for s in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if key in ("$defs", "definitions") and not walk_defs:
+            continue
+        if isinstance(out.get(key), dict):
+            out[key] = {name: _close(s, walk_defs=walk_defs) for name, s in out[key].items()}
+    properties = out.get("properties")
+    required = out.get("required", [])
+    if (
+        isinstance(properties, dict)
+        and isinstance(required, list)
+        and all(name in properties for name in required)
+        and not any(k in out for k in ("additionalProperties", "patternProperties", "unevaluatedProperties"))
+        and "$ref" not in out  # its target's properties count as listed too
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
 def json_schema_grammar(schema: dict[str, Any] | None, *, param: str) -> str:
     """A grammar for JSON matching `schema` (None: any JSON object); 400 when the schema is unusable."""
-    effective = schema if schema is not None else {"type": "object"}
+    effective = closed_objects(schema) if schema is not None else {"type": "object"}
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(
             json.dumps(effective), overrides=_JSON_OPTIONS
