@@ -195,11 +195,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from django.core.management import call_command
 
     from webapp.core.config_report import config_report
-    from webapp.core.engine import served_model_name
-    from webapp.core.modelpaths import check_source
 
     call_command("check")
-    mooncake = settings.MOONCAKE
     print(f"settings:     {os.environ['DJANGO_SETTINGS_MODULE']}")
     print(f"config file:  {settings.MOONCAKE_CONFIG_PATH or '(none; defaults)'}")
     print(f"database:     {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
@@ -211,11 +208,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     problems = list(report.problems)
     for root in settings.MODEL_ROOTS:
         print(f"model root:   {root}{'' if root.is_dir() else '  (missing; created on first upload)'}")
-    source = str(mooncake["model"].get("model_id") or mooncake["model"].get("model") or "default")
-    result = check_source(source)
-    print(f"model:        {served_model_name(mooncake)} <- {result.path or source}")
-    if result.problem:
-        problems.append(f"model: {result.problem}")
     for problem in problems:
         print(f"PROBLEM: {problem}", file=sys.stderr)
     print("OK" if not problems else f"{len(problems)} problem(s)")
@@ -239,16 +231,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     _setup_django(args.config, args.settings)
     from django.conf import settings
 
-    from webapp.core.engine import served_model_name
+    from webapp.core.model_list import listed_models, source_of
     from webapp.core.modelpaths import check_source
 
     mooncake = settings.MOONCAKE
-    source = str(mooncake["model"].get("model_id") or mooncake["model"].get("model") or "default")
-    check = check_source(source)
     print("Configured:")
-    print(
-        f"  {served_model_name(mooncake)}  (default)  {check.path or source}  {check.problem or ''}".rstrip()
-    )
+    for listed in listed_models(mooncake):
+        source = source_of(mooncake, listed)
+        check = check_source(source)
+        mark = "  (default)" if listed.default else ""
+        print(f"  {listed.name}{mark}  {check.path or source}  {check.problem or ''}".rstrip())
     host = args.host or str(mooncake["server"]["host"])
     port = int(args.port or mooncake["server"]["port"])
     live = _live_models(host, port)

@@ -12,6 +12,7 @@ from inference.api import DTYPES, QUANTIZATIONS, EngineConfig, ModelManagerClien
 from webapp.core.engine import engine_config_dict
 from webapp.core.engine_settings import engine_settings_get, memory_budget, resolve_registered_engine
 from webapp.core.errors import Conflict
+from webapp.core.model_list import find_listed
 from webapp.core.models import EngineSettings, ModelRegistration
 from webapp.core.runtime import get_runtime
 
@@ -75,16 +76,16 @@ def sync_manager() -> ModelManagerClient:
                     "aliases": list(info.aliases),
                     "source": str(info.source),
                     "builtin": True,
-                    **builtin_engine_fields(),
+                    **builtin_engine_fields(name),
                 },
             )
     return manager
 
 
-def builtin_engine_fields() -> dict[str, Any]:
-    """mooncake.yaml's dtype and quantization for the model it serves, so that a later restart from the
-    console (which applies the row's values) keeps them."""
-    yaml = engine_config_dict(settings.MOONCAKE)
+def builtin_engine_fields(name: str) -> dict[str, Any]:
+    """mooncake.yaml's dtype and quantization for a model it serves (its entry's, for a listed one), so
+    that a later restart from the console (which applies the row's values) keeps them."""
+    yaml = engine_config_dict(settings.MOONCAKE, find_listed(settings.MOONCAKE, name))
     fields: dict[str, Any] = {}
     if yaml.get("dtype") in DTYPES:
         fields["dtype"] = yaml["dtype"]

@@ -20,6 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from webapp.core.engine_env import engine_environment
+from webapp.core.model_list import check_model_section
 from webapp.core.sourced import Source, Sourced
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -257,4 +258,5 @@ def _read_yaml(path: Path | None) -> dict[str, dict[str, Any]]:
         raise ImproperlyConfigured(
             f"{path}: server.{field} is invalid ({error['msg']}), got {error.get('input')!r}."
         ) from None
+    check_model_section(sections, path)
     return sections

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
 
 from webapp.core.config import MooncakeSettings, Sourced
-from webapp.core.engine import resolve_builtin_engine, served_model_name
-from webapp.core.engine_settings import resolve_registered_engine, server_overrides
+from webapp.core.engine import resolve_builtin_engine
+from webapp.core.engine_config import ResolvedEngine
+from webapp.core.engine_settings import memory_budget, resolve_registered_engine, server_overrides
+from webapp.core.memory_check import plan_listed
+from webapp.core.model_list import is_list, listed_models, source_of
+from webapp.core.modelpaths import check_source
 from webapp.core.models import EngineSettings, ModelRegistration
 
 logger = logging.getLogger(__name__)
@@ -38,27 +43,47 @@ def config_report() -> Report:
     report.lines.extend(_table(resolved.sources))
     if unread:
         report.lines.append(f"  (console overrides not shown: {unread})")
-    name = served_model_name(settings.MOONCAKE)
-    _engine_section(report, f"engine: {name} (mooncake.yaml's model, as the server starts it)", None)
+    for listed in listed_models(settings.MOONCAKE):
+        where = "mooncake.yaml's model" if listed.key == "model" else f"mooncake.yaml's {listed.key}"
+        title = f"engine: {listed.name} ({where}, as the server starts it)"
+        _engine_section(report, title, partial(resolve_builtin_engine, settings.MOONCAKE, listed))
     for row in rows:
         how = "the console's restart applies" if row.builtin else "registered in the console"
-        _engine_section(report, f"engine: {row.name} ({how})", (row, tuning))
+        _engine_section(
+            report, f"engine: {row.name} ({how})", partial(resolve_registered_engine, row, tuning)
+        )
+    _model_sources(report)
+    if is_list(settings.MOONCAKE):
+        budget = (
+            memory_budget(tuning) if tuning is not None else settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
+        )
+        try:
+            report.problems.extend(plan_listed(settings.MOONCAKE, budget_bytes=budget).problems.values())
+        except Exception as exc:  # the plan is advice; say why it is missing rather than fail the check
+            logger.debug("Memory plan failed", exc_info=True)
+            report.lines.append(f"memory plan:  not made ({type(exc).__name__}: {exc})")
     return report
 
 
-def _engine_section(
-    report: Report, title: str, console: tuple[ModelRegistration, EngineSettings | None] | None
-) -> None:
+def _engine_section(report: Report, title: str, resolve: Callable[[], ResolvedEngine]) -> None:
     try:
-        if console is None:
-            resolved = resolve_builtin_engine(settings.MOONCAKE)
-        else:
-            resolved = resolve_registered_engine(*console)
+        resolved = resolve()
     except (ValueError, TypeError) as exc:
         report.problems.append(f"engine settings ({title.split(' (')[0].removeprefix('engine: ')}): {exc}")
         return
     report.lines.append(title)
     report.lines.extend(_table(resolved.sources))
+
+
+def _model_sources(report: Report) -> None:
+    """Where each of mooncake.yaml's models loads from, and whether it is there."""
+    listed = listed_models(settings.MOONCAKE)
+    for model in listed:
+        source = source_of(settings.MOONCAKE, model)
+        result = check_source(source)
+        report.lines.append(f"model:        {model.name} <- {result.path or source}")
+        if result.problem:
+            report.problems.append(f"model{'' if len(listed) == 1 else ' ' + model.name}: {result.problem}")
 
 
 def _console_rows() -> tuple[EngineSettings | None, list[ModelRegistration], str | None]:

@@ -8,46 +8,40 @@ and Celery workers, which never run models, start without it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 
 from inference.api import EngineClient, EngineConfig, ModelManagerClient
 from webapp.core.engine_config import ResolvedEngine, base_layers, merge_layers, resolve_engine
+from webapp.core.model_list import DEFAULT_MODEL_NAME, ListedModel, listed_models, served_model_name
 
 if TYPE_CHECKING:
     from inference.async_engine import AsyncEngine
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+__all__ = ["DEFAULT_MODEL_NAME", "build_manager", "resolve_builtin_engine", "served_model_name"]
 
 
-def engine_config_dict(mooncake: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Defaults, the environment's engine settings and the yaml `model` and `engine` sections, merged as
-    `EngineConfig.from_dict` takes them (webapp.core.engine_config resolves them, sources and all)."""
-    return {key: sourced.value for key, sourced in merge_layers(base_layers(mooncake)).items()}
+def engine_config_dict(
+    mooncake: dict[str, dict[str, Any]], listed: ListedModel | None = None
+) -> dict[str, Any]:
+    """Defaults, the environment's engine settings and the yaml `model` and `engine` sections (and
+    `listed`'s entry), merged as `EngineConfig.from_dict` takes them (webapp.core.engine_config resolves
+    them, sources and all)."""
+    layers = base_layers(mooncake, listed=listed)
+    return {key: sourced.value for key, sourced in merge_layers(layers).items()}
 
 
-def resolve_builtin_engine(mooncake: dict[str, dict[str, Any]]) -> ResolvedEngine:
-    """The model mooncake.yaml serves, as the server registers it at start (no console layer yet)."""
-    return resolve_engine(base_layers(mooncake))
+def resolve_builtin_engine(
+    mooncake: dict[str, dict[str, Any]], listed: ListedModel | None = None
+) -> ResolvedEngine:
+    """A model mooncake.yaml serves (the first listed, unless `listed` says which), as the server registers
+    it at start (no console layer yet)."""
+    return resolve_engine(base_layers(mooncake, listed=listed or listed_models(mooncake)[0]))
 
 
 def build_engine_config(mooncake: dict[str, dict[str, Any]]) -> EngineConfig:
     return resolve_builtin_engine(mooncake).config
-
-
-def served_model_name(mooncake: dict[str, dict[str, Any]]) -> str:
-    """The name API clients use: `model.name`, else derived from the model's source."""
-    model = mooncake.get("model", {})
-    explicit = model.get("name")
-    if explicit:
-        return str(explicit)
-    source = str(model.get("model_id") or model.get("model") or "default")
-    if source == "default":
-        return DEFAULT_MODEL_NAME
-    path = Path(source)
-    return path.stem if path.suffix == ".gguf" else path.name or source
 
 
 def start_engine(config: EngineConfig) -> AsyncEngine:
@@ -64,16 +58,19 @@ def start_engine(config: EngineConfig) -> AsyncEngine:
 
 
 def build_manager(*, on_loaded: Callable[[EngineClient], None]) -> ModelManagerClient:
-    """The manager with mooncake.yaml's model registered as the default (the console's come at start)."""
+    """The manager with mooncake.yaml's models registered, in order, and its default model the default
+    (the console's come at start). The default also answers to "default"."""
     from inference.manager import ModelManager  # function-local: see start_engine
 
     budget = settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
     manager = ModelManager(memory_budget_bytes=budget, on_loaded=on_loaded, engine_factory=start_engine)
     mooncake = settings.MOONCAKE
-    name = served_model_name(mooncake)
-    aliases = [str(a) for a in mooncake.get("model", {}).get("aliases", [])]
-    if name != "default" and "default" not in aliases:
-        aliases.append("default")
-    manager.register(name, build_engine_config(mooncake), aliases=aliases)
-    manager.set_default(name)
+    listed = listed_models(mooncake)
+    names = {n for model in listed for n in (model.name, *model.aliases)}
+    for model in listed:
+        aliases = list(model.aliases)
+        if model.default and "default" not in names:
+            aliases.append("default")
+        manager.register(model.name, resolve_builtin_engine(mooncake, model).config, aliases=aliases)
+    manager.set_default(next(model.name for model in listed if model.default))
     return manager

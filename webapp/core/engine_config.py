@@ -15,10 +15,12 @@ from django.conf import settings
 
 from inference.api import REMOTE_FIELDS, EngineConfig
 from webapp.core.config import YAML_DEFAULTS, MooncakeSettings, Sourced
+from webapp.core.model_list import LIST_KEYS, ListedModel
 
 Layer = Mapping[str, Sourced]
-# Keys users write that name a field differently (the yaml's `model_id` is EngineConfig.model).
-_ALIASES = {"model_id": "model", "type": "engine_type"}
+# Keys users write that name a field differently (the yaml's `model_id` or `model_path` is
+# EngineConfig.model).
+_ALIASES = {"model_id": "model", "model_path": "model", "type": "engine_type"}
 # What says who runs mooncake.yaml's model: a model registered in the console runs natively whatever
 # engine.type says, since base_url and its upstream serve that one model.
 _REMOTE_KEYS = frozenset({"engine_type", *REMOTE_FIELDS})
@@ -55,9 +57,12 @@ def resolve_engine(layers: Iterable[Layer]) -> ResolvedEngine:
     return ResolvedEngine(config=config, sources=sources)
 
 
-def base_layers(mooncake: Mapping[str, Mapping[str, Any]], *, remote: bool = True) -> list[Layer]:
-    """Everything below the console: the cache folder, the environment's engine settings, the yaml.
-    remote=False leaves out engine.type and the remote engine's keys (a console-registered model)."""
+def base_layers(
+    mooncake: Mapping[str, Mapping[str, Any]], *, remote: bool = True, listed: ListedModel | None = None
+) -> list[Layer]:
+    """Everything below the console: the cache folder, the environment's engine settings, the yaml (and
+    `listed`'s own entry of model.models over its sections). remote=False leaves out engine.type and the
+    remote engine's keys (a console-registered model)."""
     resolved: MooncakeSettings = settings.MOONCAKE_SETTINGS
     cache = resolved.sources["cache_dir"]
     layers: list[Layer] = [
@@ -65,6 +70,11 @@ def base_layers(mooncake: Mapping[str, Mapping[str, Any]], *, remote: bool = Tru
         resolved.engine_env,
         _yaml_layer(mooncake, resolved.yaml_keys),
     ]
+    if listed is not None and listed.settings:
+        entry = {
+            k: Sourced(value=v, source="yaml", origin=f"{listed.key}.{k}") for k, v in listed.settings.items()
+        }
+        layers.append(entry)
     if remote:
         return layers
     return [{k: v for k, v in layer.items() if _ALIASES.get(k, k) not in _REMOTE_KEYS} for layer in layers]
@@ -73,9 +83,12 @@ def base_layers(mooncake: Mapping[str, Mapping[str, Any]], *, remote: bool = Tru
 def _yaml_layer(mooncake: Mapping[str, Mapping[str, Any]], file_keys: frozenset[str]) -> Layer:
     layer: dict[str, Sourced] = {}
     for section in ("model", "engine"):
-        for key, value in mooncake.get(section, {}).items():
-            if key in _RESOLVED_KEYS:
+        values = mooncake.get(section, {})
+        for key, value in values.items():
+            if key in _RESOLVED_KEYS or key in LIST_KEYS:
                 continue
+            if key == "model_id" and "model_path" in values:
+                continue  # model_path is the synonym the file used; model_id here is only the default
             where = f"{section}.{key}"
             # settings.MOONCAKE fills in YAML_DEFAULTS where the file is silent: those are defaults.
             if where not in file_keys and YAML_DEFAULTS.get(section, {}).get(key, object()) == value:

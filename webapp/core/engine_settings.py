@@ -8,6 +8,7 @@ from django.conf import settings
 
 from webapp.core.config import Sourced
 from webapp.core.engine_config import ResolvedEngine, base_layers, console_layer, resolve_engine
+from webapp.core.model_list import find_listed
 from webapp.core.models import EngineSettings, ModelRegistration
 
 # EngineSettings fields that map one-to-one onto EngineConfig fields.
@@ -88,8 +89,10 @@ def log_prompts_enabled() -> bool:
 def resolve_registered_engine(
     registration: ModelRegistration, tuning: EngineSettings | None = None
 ) -> ResolvedEngine:
-    """mooncake.yaml's model+engine sections, then the tuning page, then this model's own settings."""
-    base = base_layers(settings.MOONCAKE, remote=registration.builtin)
+    """mooncake.yaml's model+engine sections (and, for a model it lists, that entry), then the tuning page,
+    then this model's own settings."""
+    listed = find_listed(settings.MOONCAKE, registration.name) if registration.builtin else None
+    base = base_layers(settings.MOONCAKE, remote=registration.builtin, listed=listed)
     own: dict[str, Any] = {
         "model": registration.source,
         "dtype": registration.dtype,

@@ -85,7 +85,7 @@ class Runtime:
         self._manager: ModelManagerClient | None = None
         self._services: dict[type[Any], Any] = {}
         self._stopping = threading.Event()
-        # Set once the start hooks ran and the default model's load finished (or failed).
+        # Set once the start hooks ran and the start-up loads finished (or failed).
         self.started = threading.Event()
         self.threads: list[threading.Thread] = []
         self.limiter = make_limiter()
@@ -160,29 +160,49 @@ class Runtime:
                     hook()
                 except Exception:
                     logger.exception("A start hook failed; the server starts without it")
-            self._load_default()
+            self._load_at_start()
         finally:
             connections.close_all()  # this thread's connections, if a hook or the check opened one
             self.started.set()
 
-    def _load_default(self) -> None:
+    def _load_at_start(self) -> None:
+        """Load the default model (with a models list in mooncake.yaml: every listed one, in order). A model
+        that fails, or that the memory plan says would not fit, leaves the others and the server running."""
+        from webapp.core.memory_check import over_budget, start_names
         from webapp.core.models import ModelRegistration  # models: after the apps are ready
 
         try:
             manager = self.manager()
-            name = manager.default_name
-            if name is None:
+            names = start_names(manager)
+            if not names:
                 logger.warning("No default model is configured; nothing to load.")
                 return
-            if ModelRegistration.objects.filter(name=name, desired_state="unloaded").exists():
-                logger.info("The default model %s stays unloaded, as an admin left it", name)
-                return
-            logger.info("Loading the default model %s", name)
-            manager.load(name)
-            logger.info("Default model %s is ready", name)
+            kept = set(
+                ModelRegistration.objects.filter(name__in=names, desired_state="unloaded").values_list(
+                    "name", flat=True
+                )
+            )
+            for name in kept:
+                logger.info("The model %s stays unloaded, as an admin left it", name)
+            names = [name for name in names if name not in kept]
         except Exception:
             # /health reports the failure from the manager's state; the server stays up for the console.
-            logger.exception("Loading the default model failed")
+            logger.exception("Preparing the start-up loads failed")
+            return
+        try:
+            skipped = over_budget(manager, names)
+        except Exception:  # the plan is advice: without it, the loads meet the budget themselves
+            logger.exception("Planning the models' memory failed; loading them unplanned")
+            skipped = set()
+        for name in names:
+            if name in skipped:
+                continue
+            try:
+                logger.info("Loading the model %s", name)
+                manager.load(name)
+                logger.info("Model %s is ready", name)
+            except Exception:
+                logger.exception("Loading the model %s failed", name)
 
     def _reap_idle(self, interval: float) -> None:
         while not self._stopping.wait(interval):

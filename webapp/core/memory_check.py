@@ -1,0 +1,83 @@
+"""mooncake.yaml's models planned against the memory budget before any loads (at start and in `check`).
+
+The budget: the manager's (MOONCAKE_MEMORY_BUDGET_BYTES, or the console's tuning page) where one is set;
+else, on CPU, the RAM available now; on a GPU each model's gpu_memory_utilization caps the device's use.
+Models whose size cannot be read (a missing path, a remote engine) are left to their load's own error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from django.conf import settings
+
+from inference.api import ModelManagerClient
+from inference.memory_plan import Footprint, MemoryPlan, plan_memory
+from webapp.core.engine_config import base_layers, resolve_engine
+from webapp.core.model_list import is_list, listed_models, source_of
+from webapp.core.modelpaths import check_source
+
+logger = logging.getLogger(__name__)
+
+BUDGET_SOURCE = "the memory budget (MOONCAKE_MEMORY_BUDGET_BYTES or the console's tuning page)"
+
+
+def plan_listed(
+    mooncake: Mapping[str, Mapping[str, Any]],
+    *,
+    budget_bytes: int | None,
+    names: Collection[str] | None = None,
+) -> MemoryPlan:
+    """Plan mooncake.yaml's models (those in `names`, if given) in the file's order."""
+    # Function-local: reading a size needs the gguf reader, probing the device needs torch.
+    from inference.footprint import DeviceFacts, estimate, probe_device, read_shape
+
+    footprints: list[Footprint] = []
+    device: DeviceFacts | None = None
+    for listed in listed_models(mooncake):
+        if names is not None and listed.name not in names:
+            continue
+        try:
+            config = resolve_engine(base_layers(mooncake, listed=listed)).config
+        except (TypeError, ValueError):
+            continue  # reported where the config is built
+        found = check_source(source_of(mooncake, listed))
+        if config.engine_type != "native" or found.problem or found.path is None:
+            continue
+        try:
+            shape = read_shape(found.path)
+        except Exception:
+            logger.warning("Could not read the size of %s; not planned", listed.name, exc_info=True)
+            continue
+        device = device or probe_device(config.device)
+        footprints.append(estimate(listed.name, listed.key, config, shape, device))
+    if device is None:
+        return MemoryPlan()
+    source = BUDGET_SOURCE
+    if budget_bytes is None and device.kind == "cpu":
+        budget_bytes, source = device.available_bytes, "the RAM available now"
+    total = device.total_bytes if device.kind == "cuda" else None
+    return plan_memory(footprints, budget_bytes=budget_bytes, budget_source=source, device_total_bytes=total)
+
+
+def start_names(manager: ModelManagerClient) -> list[str]:
+    """What the server loads at start, in order: the default model; with a models list, every listed model
+    (the default first only when it is not one of them: a default saved in the console)."""
+    default = manager.default_name
+    if not is_list(settings.MOONCAKE):
+        return [default] if default else []
+    known = {info.name for info in manager.list()}
+    listed = [m.name for m in listed_models(settings.MOONCAKE) if m.name in known]
+    return ([default] if default and default not in listed else []) + listed
+
+
+def over_budget(manager: ModelManagerClient, names: Collection[str]) -> set[str]:
+    """The listed models that do not fit, each logged with the reason and what would make it fit."""
+    if not is_list(settings.MOONCAKE):
+        return set()
+    plan = plan_listed(settings.MOONCAKE, budget_bytes=manager.memory_budget_bytes, names=names)
+    for message in plan.problems.values():
+        logger.error("Not loading at start: %s", message)
+    return set(plan.problems)
