@@ -349,7 +349,10 @@ LAST_JOB = "SELECT state, message FROM console_consolejob ORDER BY id DESC LIMIT
 
 
 def model_states(cluster: Cluster, replica: str) -> dict[str, str]:
-    _, body = cluster.replicas[replica].get("/health")
+    try:
+        _, body = cluster.replicas[replica].get("/health", timeout=30)
+    except OSError:  # a replica busy loading a model on a loaded 2-core machine: ask again
+        return {}
     return {m["name"]: m["state"] for m in read_json(body).get("models", [])}
 
 
