@@ -1,4 +1,8 @@
-"""Engine configuration: one flat EngineConfig (what users write) split into validated groups."""
+"""Engine configuration: one flat EngineConfig (what users write) split into validated groups.
+
+Over 300 lines: every setting of every engine type is one flat dataclass users write, and its checks sit
+beside it so each error names the setting.
+"""
 
 from __future__ import annotations
 
@@ -17,15 +21,19 @@ DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 QUANTIZATIONS = ("none", "gguf")
 # Who runs the model: "native" is our engine in this process; "openai" an existing server that speaks
-# the OpenAI API (vLLM, SGLang, TGI, llama-server, Ollama) at base_url (inference.remote_engine).
-ENGINE_TYPES = ("native", "openai")
-# Engine types that will start their server as a supervised child; until then `openai` reaches one.
-_PLANNED_TYPES = ("vllm", "sglang", "tgi", "transformers")
+# the OpenAI API (vLLM, SGLang, TGI, llama-server, Ollama) at base_url (inference.remote_engine);
+# "vllm", "sglang", "tgi" that engine's own server, started here as a supervised child process and then
+# reached as "openai" reaches one (inference.supervised_engine).
+SUPERVISED_TYPES = ("vllm", "sglang", "tgi")
+ENGINE_TYPES = ("native", "openai", *SUPERVISED_TYPES)
+_PLANNED_TYPES = ("transformers",)
+# EngineConfig fields that only a supervised type reads (the server Mooncake starts).
+SERVER_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "executable", "startup_timeout")
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
 _IGNORED_KEYS = frozenset({"name", "aliases", "keep_alive", "keep_alive_seconds"})
 _ALIASES = {"model_id": "model", "type": "engine_type"}
-# EngineConfig fields that only an `openai` engine reads.
-REMOTE_FIELDS = ("base_url", "api_key", "upstream_model", "request_timeout")
+# EngineConfig fields that only a remote engine (`openai` or a supervised type) reads.
+REMOTE_FIELDS = ("base_url", "api_key", "upstream_model", "request_timeout", *SERVER_FIELDS)
 
 
 # Defaults other layers size themselves by (the API refuses a request the queue could never hold).
@@ -158,6 +166,13 @@ class EngineConfig:
     api_key: str | None = field(default=None, repr=False)  # sent as a Bearer token; kept out of reprs
     upstream_model: str | None = None  # the upstream's name for the model; None: the first it lists
     request_timeout: float = 600.0  # seconds the upstream may stay silent (connecting: at most 10)
+    # Types vllm, sglang, tgi: passed to the server Mooncake starts (GPUs per pipeline stage, stages).
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    # The engine's command (vllm, text-generation-launcher; for sglang the Python that has it); None: the
+    # web layer looks it up on PATH. The engine package reads no environment, so it is given the path.
+    executable: str | None = None
+    startup_timeout: float = 900.0  # seconds its server may take to answer /health (large models load slowly)
 
     def __post_init__(self) -> None:
         # Build the groups once so a bad value fails at construction, not at load time.
@@ -174,22 +189,64 @@ class EngineConfig:
         _off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
 
     def _check_engine_type(self) -> None:
-        if self.engine_type in _PLANNED_TYPES:
+        kind = self.engine_type
+        if kind in _PLANNED_TYPES:
             raise ValueError(
-                f"engine type {self.engine_type!r} is not available yet; run that server yourself and use "
+                f"engine type {kind!r} is not available yet; run that server yourself and use "
                 "type 'openai' with base_url pointing at its OpenAI API (e.g. http://vllm:8000/v1)"
             )
-        if self.engine_type not in ENGINE_TYPES:
-            raise ValueError(f"engine type must be one of {ENGINE_TYPES}, got {self.engine_type!r}")
+        if kind not in ENGINE_TYPES:
+            raise ValueError(f"engine type must be one of {ENGINE_TYPES}, got {kind!r}")
         check_positive("request_timeout", self.request_timeout)
-        if self.engine_type == "native":
-            stray = [name for name in REMOTE_FIELDS[:3] if getattr(self, name) is not None]
+        check_positive("tensor_parallel_size", self.tensor_parallel_size)
+        check_positive("pipeline_parallel_size", self.pipeline_parallel_size)
+        check_positive("startup_timeout", self.startup_timeout)
+        if kind in SUPERVISED_TYPES:
+            self._check_server()
+            return
+        stray = [name for name in ("executable",) if getattr(self, name) is not None]
+        stray += [n for n in ("tensor_parallel_size", "pipeline_parallel_size") if getattr(self, n) != 1]
+        if stray:
+            raise ValueError(
+                f"{', '.join(stray)} only apply to engine types {', '.join(SUPERVISED_TYPES)} "
+                f"(type is {kind!r})"
+            )
+        if kind == "native":
+            stray = [
+                name for name in ("base_url", "api_key", "upstream_model") if getattr(self, name) is not None
+            ]
             if stray:
                 raise ValueError(f"{', '.join(stray)} only apply to engine type 'openai' (type is 'native')")
             return
         if not self.base_url:
             raise ValueError("base_url is required for engine type 'openai' (e.g. http://vllm:8000/v1)")
         check_base_url(self.base_url)
+        self._check_upstream_model()
+
+    def _check_server(self) -> None:
+        """A server Mooncake starts: it picks the address and starts it without a key."""
+        kind = self.engine_type
+        for name in ("base_url", "api_key"):
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"{name} does not apply to engine type {kind!r}: Mooncake starts that server itself "
+                    "on a local port (use type 'openai' to reach one that runs elsewhere)"
+                )
+        if self.executable is not None and not self.executable.strip():
+            raise ValueError(
+                "executable must not be empty (leave it out to find the engine's command on PATH)"
+            )
+        self._check_upstream_model()
+        if kind == "tgi":
+            # text-generation-launcher's --dtype takes only these, and it has no pipeline parallelism.
+            if self.dtype not in ("auto", "float16", "bfloat16"):
+                raise ValueError(f"engine type 'tgi' runs dtype float16 or bfloat16, got {self.dtype!r}")
+            if self.pipeline_parallel_size != 1:
+                raise ValueError(
+                    "engine type 'tgi' has no pipeline parallelism: pipeline_parallel_size must be 1"
+                )
+
+    def _check_upstream_model(self) -> None:
         if self.upstream_model is not None and not self.upstream_model.strip():
             raise ValueError(
                 "upstream_model must not be empty (leave it out to use the upstream's first model)"

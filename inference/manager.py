@@ -184,10 +184,22 @@ class ModelManager(Supervision, Eviction):
                 return entry.engine
             return self._load_locked(entry)
 
+    def report_download(self, config: EngineConfig, done: int, total: int | None) -> None:
+        """The engine factory fetching files for `config` (the very object the manager passed it) reports
+        progress: the model reads "downloading" with the bytes so far; done == total means fetched (it reads
+        "loading" again while the engine starts)."""
+        with self._lock:
+            for entry in self._entries.values():
+                if entry.config is config and entry.info.state in ("loading", "downloading"):
+                    finished = total is not None and done >= total
+                    entry.info.state = "loading" if finished else "downloading"
+                    entry.info.download_bytes_done, entry.info.download_bytes_total = done, total
+
     def _load_locked(self, entry: _Entry) -> AsyncEngine:
         """Load entry's engine; the caller holds entry.load_lock."""
         with self._lock:
             entry.info.state, entry.info.error = "loading", None
+            entry.info.download_bytes_done = entry.info.download_bytes_total = None
         try:
             self._make_room(entry, entry.info.memory_bytes or 0)  # known from an earlier load
             engine = self._factory(entry.config)
@@ -210,6 +222,8 @@ class ModelManager(Supervision, Eviction):
             entry.info = replace(
                 entry.info,
                 state="loaded",
+                download_bytes_done=None,
+                download_bytes_total=None,
                 memory_bytes=engine.memory_bytes,
                 kv_capacity_tokens=engine.kv_capacity_tokens,
                 last_used=time.time(),

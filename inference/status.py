@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 EngineState = Literal["loading", "ready", "dead"]
-ModelState = Literal["available", "loading", "loaded", "unloading", "restarting", "failed"]
+# "downloading": the web layer is fetching the model's files (a hub id) before its engine starts.
+ModelState = Literal["available", "downloading", "loading", "loaded", "unloading", "restarting", "failed"]
 
 
 @dataclass(slots=True)
@@ -33,3 +34,6 @@ class ModelInfo:
     last_used: float | None = None
     keep_alive_seconds: float | None = None
     is_default: bool = False
+    # While (and after a failed) download: bytes fetched so far, and in all (None: not known yet).
+    download_bytes_done: int | None = None
+    download_bytes_total: int | None = None

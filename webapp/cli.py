@@ -231,6 +231,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     _setup_django(args.config, args.settings)
     from django.conf import settings
 
+    from webapp.core.config_report import describe_hub
+    from webapp.core.hub_models import parse_hub_id
     from webapp.core.model_list import listed_models, source_of
     from webapp.core.modelpaths import check_source
 
@@ -238,8 +240,13 @@ def cmd_models(args: argparse.Namespace) -> int:
     print("Configured:")
     for listed in listed_models(mooncake):
         source = source_of(mooncake, listed)
-        check = check_source(source)
         mark = "  (default)" if listed.default else ""
+        hub = parse_hub_id(source)
+        if hub is not None and not check_source(source).path:
+            line, problem = describe_hub(hub)
+            print(f"  {listed.name}{mark}  {line}  {problem or ''}".rstrip())
+            continue
+        check = check_source(source)
         print(f"  {listed.name}{mark}  {check.path or source}  {check.problem or ''}".rstrip())
     host = args.host or str(mooncake["server"]["host"])
     port = int(args.port or mooncake["server"]["port"])

@@ -31,7 +31,8 @@ def test_from_dict_merges_yaml_sections_and_coerces_strings():
         {"max_num_seqs": -1},
         {"attention_backend": "magic"},
         {"bogus": 1},
-        {"type": "vllm"},
+        {"type": "transformers"},
+        {"type": "vllm", "base_url": "http://h/v1"},
         {"max_num_seqs": "many"},
     ],
 )

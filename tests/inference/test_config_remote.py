@@ -36,7 +36,7 @@ def test_openai_type_with_its_settings() -> None:
         ({**UPSTREAM, "base_url": "vllm:8000/v1"}, "base_url must be an http:// or https:// URL"),
         ({**UPSTREAM, "base_url": "http:///v1"}, "with a host"),
         ({**UPSTREAM, "request_timeout": 0}, "request_timeout must be > 0"),
-        ({"type": "magic"}, r"engine type must be one of \('native', 'openai'\), got 'magic'"),
+        ({"type": "magic"}, r"engine type must be one of \('native', 'openai', 'vllm', 'sglang', 'tgi'\)"),
         ({"base_url": "http://vllm:8000/v1"}, "base_url only apply to engine type 'openai'"),
         ({"api_key": "sk"}, "api_key only apply to engine type 'openai'"),
         ({**UPSTREAM, "api_key_env": "KEY"}, "unknown engine setting"),  # the web layer resolves it
@@ -53,9 +53,15 @@ def test_a_blank_upstream_model_is_refused() -> None:
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang", "tgi"])
-def test_child_process_engines_point_at_openai(kind: str) -> None:
-    with pytest.raises(ValueError, match=f"engine type '{kind}' is not available yet") as info:
-        EngineConfig.from_dict({"type": kind})
+def test_child_process_engines_take_their_server_settings(kind: str) -> None:
+    config = EngineConfig.from_dict({"type": kind, "tensor_parallel_size": "2", "executable": "/opt/x"})
+    assert (config.engine_type, config.tensor_parallel_size, config.executable) == (kind, 2, "/opt/x")
+    assert config.base_url is None  # Mooncake starts the server and picks its address
+
+
+def test_planned_engine_types_point_at_openai() -> None:
+    with pytest.raises(ValueError, match="engine type 'transformers' is not available yet") as info:
+        EngineConfig.from_dict({"type": "transformers"})
     assert "'openai'" in str(info.value) and "base_url" in str(info.value)
 
 

@@ -37,10 +37,19 @@ class ModelRow:
     replicas: tuple[ReplicaModelState, ...] = ()  # every live replica's state, when there are several
 
     @property
+    def download_percent(self) -> int | None:
+        """How much of a downloading hub model is fetched, when its size is known."""
+        done = getattr(self.info, "download_bytes_done", None)  # getattr: test doubles may lack them
+        total = getattr(self.info, "download_bytes_total", None)
+        if self.info.state != "downloading" or done is None or not total:
+            return None
+        return min(100, 100 * done // total)
+
+    @property
     def busy(self) -> bool:
         return (
             self.job is not None
-            or self.info.state in BUSY_STATES
+            or self.info.state in (*BUSY_STATES, "downloading")
             or any(r.state in BUSY_STATES for r in self.replicas)
         )
 

@@ -14,7 +14,9 @@ from django.db import DatabaseError
 from webapp.core.config import MooncakeSettings, Sourced
 from webapp.core.engine import resolve_builtin_engine
 from webapp.core.engine_config import ResolvedEngine
+from webapp.core.engine_servers import not_installed_problem
 from webapp.core.engine_settings import memory_budget, resolve_registered_engine, server_overrides
+from webapp.core.hub_models import HubRef, cached, hub_cache_dir, parse_hub_id, patterns_for
 from webapp.core.memory_check import plan_listed
 from webapp.core.model_list import is_list, listed_models, source_of
 from webapp.core.modelpaths import check_source
@@ -73,6 +75,9 @@ def _engine_section(report: Report, title: str, resolve: Callable[[], ResolvedEn
         return
     report.lines.append(title)
     report.lines.extend(_table(resolved.sources))
+    missing = not_installed_problem(resolved.config)  # a server Mooncake would start, not installed here
+    if missing is not None:
+        report.problems.append(missing)
 
 
 def _model_sources(report: Report) -> None:
@@ -80,10 +85,34 @@ def _model_sources(report: Report) -> None:
     listed = listed_models(settings.MOONCAKE)
     for model in listed:
         source = source_of(settings.MOONCAKE, model)
+        hub = parse_hub_id(source)
+        if hub is not None:
+            engine_type = model.settings.get("type") or settings.MOONCAKE.get("engine", {}).get("type")
+            line, problem = describe_hub(hub, str(engine_type or "native"))
+            report.lines.append(f"model:        {model.name} <- {line}")
+            if problem:
+                report.problems.append(f"model{'' if len(listed) == 1 else ' ' + model.name}: {problem}")
+            continue
         result = check_source(source)
         report.lines.append(f"model:        {model.name} <- {result.path or source}")
         if result.problem:
             report.problems.append(f"model{'' if len(listed) == 1 else ' ' + model.name}: {result.problem}")
+
+
+def describe_hub(ref: HubRef, engine_type: str = "native") -> tuple[str, str | None]:
+    """What `mooncake check` says of a hub model: where it is cached, or that it will be downloaded (and
+    the problem, when downloads are off and it is not cached). Reads the cache only, never the network."""
+    from huggingface_hub import constants
+
+    found = cached(ref, patterns_for(engine_type))
+    if found is not None:
+        return f"{ref} (Hugging Face Hub, in the cache: {found})", None
+    cache = hub_cache_dir()
+    if constants.HF_HUB_OFFLINE:
+        problem = f"{ref} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE forbids downloads"
+        return f"{ref} (Hugging Face Hub, not in the cache)", problem
+    line = f"{ref} (Hugging Face Hub: downloaded from {constants.ENDPOINT} into {cache} at start)"
+    return line, None
 
 
 def _console_rows() -> tuple[EngineSettings | None, list[ModelRegistration], str | None]:

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 
-from inference.api import EngineClient, EngineConfig, ModelManagerClient
+from inference.api import SUPERVISED_TYPES, EngineClient, EngineConfig, ModelManagerClient
 from webapp.core.engine_config import ResolvedEngine, base_layers, merge_layers, resolve_engine
+from webapp.core.engine_servers import server_executable
+from webapp.core.hub_models import hub_engine_factory
 from webapp.core.model_list import DEFAULT_MODEL_NAME, ListedModel, listed_models, served_model_name
 
 if TYPE_CHECKING:
@@ -54,6 +56,14 @@ def start_engine(config: EngineConfig) -> AsyncEngine:
         # The manager is typed by the native engine; RemoteEngine offers all it calls on one (shutdown,
         # stats, set_on_death and the restart primitives).
         return cast("AsyncEngine", RemoteEngine.start(config))
+    if config.engine_type in SUPERVISED_TYPES:
+        from inference.supervised_engine import SupervisedEngine
+
+        # The engine reads no environment: the command is found here (or the load fails saying how to
+        # install it), and the server's log goes under the data directory.
+        executable = server_executable(config)
+        engine = SupervisedEngine.start(config, executable=executable, log_dir=settings.DATA_DIR / "engines")
+        return cast("AsyncEngine", engine)
     return AsyncEngine.start(config)
 
 
@@ -63,7 +73,9 @@ def build_manager(*, on_loaded: Callable[[EngineClient], None]) -> ModelManagerC
     from inference.manager import ModelManager  # function-local: see start_engine
 
     budget = settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
-    manager = ModelManager(memory_budget_bytes=budget, on_loaded=on_loaded, engine_factory=start_engine)
+    # A hub id is fetched inside the load (the model reads "downloading"), so the server starts at once.
+    factory = hub_engine_factory(start_engine, on_progress=lambda *report: manager.report_download(*report))
+    manager = ModelManager(memory_budget_bytes=budget, on_loaded=on_loaded, engine_factory=factory)
     mooncake = settings.MOONCAKE
     listed = listed_models(mooncake)
     names = {n for model in listed for n in (model.name, *model.aliases)}

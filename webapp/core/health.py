@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Readiness:
     ready: bool
-    status: str  # ok | no_engine | no_model | loading | restarting | failed | dead
+    status: str  # ok | no_engine | no_model | downloading | loading | restarting | failed | dead
     reason: str | None = None
     model: str | None = None
     models: list[dict[str, Any]] = field(default_factory=list)
@@ -33,7 +33,19 @@ FAILED = "failed; the details are in the server log"
 
 
 def _model_states(infos: list[ModelInfo]) -> list[dict[str, Any]]:
-    return [{"name": i.name, "state": i.state, "error": FAILED if i.error else None} for i in infos]
+    return [_model_state(i) for i in infos]
+
+
+def _model_state(info: ModelInfo) -> dict[str, Any]:
+    state: dict[str, Any] = {"name": info.name, "state": info.state, "error": FAILED if info.error else None}
+    if info.download_bytes_done is not None:
+        state["download"] = download_progress(info)
+    return state
+
+
+def download_progress(info: ModelInfo) -> dict[str, int | None]:
+    """Bytes of a hub model fetched so far, and in all (None: not known yet)."""
+    return {"bytes_done": info.download_bytes_done, "bytes_total": info.download_bytes_total}
 
 
 def _hidden(what: str, detail: object) -> str:
@@ -54,6 +66,12 @@ def default_engine_readiness() -> Readiness:
         engine = manager.peek(None)
     except EngineError:
         state = next((m for m in models if m["name"] == default), None)
+        if state is not None and state["state"] == "downloading":
+            progress = state.get("download") or {}
+            done, total = progress.get("bytes_done") or 0, progress.get("bytes_total")
+            of = f" of {total / 1e6:.1f}" if total else ""
+            reason = f"Model {default} is downloading ({done / 1e6:.1f}{of} MB)."
+            return Readiness(False, "downloading", reason, default, models)
         if state is not None and state["state"] == "loading":
             return Readiness(False, "loading", f"Model {default} is loading.", default, models)
         if state is not None and state["state"] == "restarting":

@@ -17,6 +17,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from inference.api import REMOTE_FIELDS, EngineConfig
+from webapp.core.hub_models import parse_hub_id
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # Keys an entry (or the `model` section) has that are not EngineConfig fields.
@@ -78,6 +79,9 @@ def served_model_name(mooncake: Mapping[str, Mapping[str, Any]]) -> str:
 def name_from_source(source: str) -> str:
     if source == "default":
         return DEFAULT_MODEL_NAME
+    hub = parse_hub_id(source)
+    if hub is not None:  # org/name[:rev] -> name; org/name/file.gguf -> file
+        return Path(hub.filename).stem if hub.filename else hub.repo_id.split("/")[1]
     path = Path(source)
     return path.stem if path.suffix == ".gguf" else path.name or source
 
@@ -162,7 +166,7 @@ def _entry_problem(key: str, entry: Mapping[str, Any], top: dict[str, Any] | Non
     if len(sources) != 1:
         return f"{key} needs exactly one of model_id or model_path (has {', '.join(sources) or 'neither'})."
     if not isinstance(entry[sources[0]], str) or not entry[sources[0]].strip():
-        return f"{key}.{sources[0]} must be 'default', a model folder or a .gguf file."
+        return f"{key}.{sources[0]} must be 'default', a model folder, a .gguf file or a hub id (org/name)."
     if "default" in entry and not isinstance(entry["default"], bool):
         return f"{key}.default must be true or false, got {entry['default']!r}."
     aliases = entry.get("aliases", [])

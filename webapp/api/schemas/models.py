@@ -21,6 +21,8 @@ class ModelCard(BaseModel):
     state: str | None = None
     aliases: list[str] = []
     max_model_len: int | None = None
+    # While a hub model downloads (state "downloading"): {"bytes_done": int, "bytes_total": int | None}.
+    download: dict[str, int | None] | None = None
 
 
 class ModelList(BaseModel):

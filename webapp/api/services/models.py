@@ -6,6 +6,7 @@ import time
 
 from inference.api import EngineClient, ModelInfo, ModelManagerClient
 from webapp.api.schemas.models import ModelCard
+from webapp.core.health import download_progress
 from webapp.core.runtime import get_runtime
 
 # OpenAI's `created` is a creation timestamp; registered models have none, so the server's start stands in.
@@ -25,6 +26,7 @@ def _card(info: ModelInfo, manager: ModelManagerClient) -> ModelCard:
         state=str(info.state),
         aliases=list(info.aliases),
         max_model_len=max_len,
+        download=download_progress(info) if info.download_bytes_done is not None else None,
     )
 
 
