@@ -119,7 +119,10 @@ class LLMEngine:
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         if len(self.scheduler.waiting) >= self.config.max_queue_len:
-            raise QueueFullError(f"{len(self.scheduler.waiting)} requests are already waiting")
+            raise QueueFullError(
+                f"{len(self.scheduler.waiting)} requests are already waiting; retry shortly (the server's "
+                "max_queue_len bounds the queue)"
+            )
         token_ids = prompt_token_ids if prompt_token_ids is not None else self.encode(prompt)
         max_tokens = self.check_prompt(token_ids, params)
         request = Request(

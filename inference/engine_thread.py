@@ -113,7 +113,10 @@ class EngineThread:
                 raise ValueError(f"request id {submission.request_id!r} is already in use")
             pending = sum(isinstance(c, Submission) for c in self._commands)
             if limit_queue and self.stats.num_waiting + pending >= self.engine.config.max_queue_len:
-                raise QueueFullError(f"{self.stats.num_waiting + pending} requests are already waiting")
+                raise QueueFullError(
+                    f"{self.stats.num_waiting + pending} requests are already waiting; retry shortly (the "
+                    "server's max_queue_len bounds the queue)"
+                )
             stream = submission.stream
             stream.owner = self  # before the closed check: see AsyncEngine.generate()'s finally
             if stream.closed:

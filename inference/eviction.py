@@ -63,5 +63,7 @@ class Eviction:
                     f"model {entry.info.name!r} needs {needed} bytes but only {max(available, 0)} of the "
                     f"{budget}-byte budget are available"
                     + ("" if self.evict_lru else " (LRU eviction is off)")
+                    + "; raise the memory budget (MOONCAKE_MEMORY_BUDGET_BYTES or the console's Tuning page),"
+                    " unload another model, or lower this one's max_model_len or kv_cache_memory_bytes"
                 )
             self.unload(candidates[0].info.name)

@@ -98,7 +98,8 @@ class ModelRunner:
         self.num_blocks = budget.bytes // per_block
         if self.num_blocks < 1:
             raise ValueError(
-                f"{budget.source} leaves {mib(budget.bytes)}: not even one KV block ({per_block} bytes)"
+                f"{budget.source} leaves {mib(budget.bytes)}: not even one KV block ({per_block} bytes);"
+                " raise it, or lower block_size"
             )
         self.kv_capacity_tokens = self.num_blocks * block_size
         self.kv_cache_bytes = self.num_blocks * per_block

@@ -78,7 +78,10 @@ class Upstream:
 
     def _unreachable(self, exc: httpx.HTTPError) -> UpstreamUnavailableError:
         kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
-        return UpstreamUnavailableError(f"the request to {self.host} {kind}: {type(exc).__name__}: {exc}")
+        return UpstreamUnavailableError(
+            f"the request to {self.host} {kind}: {type(exc).__name__}: {exc} (is the server at"
+            " engine.base_url up, and its key right?)"
+        )
 
 
 def completion_body(

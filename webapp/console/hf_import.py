@@ -119,7 +119,10 @@ def hf_import_run(job_id: int) -> str:
             hf_hub_download(repo_id, filename, local_dir=dest, endpoint=endpoint)
             _update(job, progress=index / len(files))
     except Exception as exc:
-        message = f"Download of {repo_id} failed ({type(exc).__name__}: {exc})."
+        message = (
+            f"Download of {repo_id} failed ({type(exc).__name__}: {exc}). Check the network or the mirror "
+            "in HF_ENDPOINT, and HF_TOKEN for a gated repo, then import again."
+        )
         _fail(job, message)
         return message
     ModelRegistration.objects.get_or_create(

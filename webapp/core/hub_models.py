@@ -224,7 +224,10 @@ def _explain(ref: HubRef, exc: Exception, cache: Path) -> str:
         return f"{ref} is not in the Hugging Face cache ({cache}) and downloads are off (HF_HUB_OFFLINE)"
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         return f"the disk is full: no room to download {ref} into {cache} (free space, or set HF_HOME)"
-    return f"downloading {ref} failed: {type(exc).__name__}: {exc}"
+    return (
+        f"downloading {ref} failed: {type(exc).__name__}: {exc}. Check the network or the mirror in "
+        "HF_ENDPOINT, then press Load to retry; or fill the cache elsewhere and set HF_HUB_OFFLINE=1"
+    )
 
 
 def _megabytes(size: int | None) -> str:
