@@ -134,8 +134,7 @@ def default_model_name() -> str:
 
 
 def model_is_loading(model: str) -> bool:
-    """Whether `model` ("" = the default) is being loaded, or restarted after a crash, right now."""
+    """Whether `model` ("" = the default) is being downloaded, loaded, or restarted after a crash, now."""
     name = model or default_model_name()
-    return any(
-        choice.state in ("loading", "restarting") and choice.name == name for choice in available_models()
-    )
+    busy = ("downloading", "loading", "restarting")
+    return any(choice.state in busy and choice.name == name for choice in available_models())

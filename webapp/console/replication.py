@@ -33,7 +33,7 @@ SYNC_INTERVAL_S = 5.0
 HEARTBEAT_S = 2.0
 # A replica whose heartbeat is older than this has stopped (or cannot reach the database).
 GONE_AFTER_S = 15.0
-BUSY_STATES = ("loading", "unloading", "restarting")
+BUSY_STATES = ("downloading", "loading", "unloading", "restarting")
 
 ConfigKey = tuple[Any, ...]
 

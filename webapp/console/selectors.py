@@ -49,7 +49,7 @@ class ModelRow:
     def busy(self) -> bool:
         return (
             self.job is not None
-            or self.info.state in (*BUSY_STATES, "downloading")
+            or self.info.state in BUSY_STATES
             or any(r.state in BUSY_STATES for r in self.replicas)
         )
 

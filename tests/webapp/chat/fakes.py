@@ -73,6 +73,7 @@ class FakeManager:
     engine: FakeEngine
     loaded: bool = True
     loading: bool = False
+    downloading: bool = False  # a hub model's files being fetched before it loads
     default_name: str = "fake-model"
 
     def get(self, name: str | None = None) -> FakeEngine:
@@ -87,5 +88,10 @@ class FakeManager:
     peek = get  # the chat fake keeps no last-used time, so reading without use is the same
 
     def list(self) -> list[Any]:
-        state = "loaded" if self.loaded else "loading" if self.loading else "available"
+        state = (
+            "loaded" if self.loaded
+            else "downloading" if self.downloading
+            else "loading" if self.loading
+            else "available"
+        )  # fmt: skip
         return [SimpleNamespace(name=self.engine.model_name, state=state)]

@@ -165,6 +165,7 @@ async def test_edit_truncates_and_resends(fake_engine: FakeEngine, alice: User, 
         ("too_long", "context_too_long"),
         ("no_model", "no_model"),
         ("loading", "model_loading"),
+        ("downloading", "model_loading"),
         ("unknown_model", "unknown_model"),
     ],
 )
@@ -173,8 +174,9 @@ async def test_errors_before_saving_keep_history_clean(
 ) -> None:
     if setup == "too_long":
         fake_manager.engine.max_model_len = 20
-    elif setup in ("no_model", "loading"):
+    elif setup in ("no_model", "loading", "downloading"):
         fake_manager.loaded, fake_manager.loading = False, setup == "loading"
+        fake_manager.downloading = setup == "downloading"
     else:
         chat.model = "gone"
         await chat.asave()
