@@ -41,6 +41,12 @@ class _Entry:
     served_before: int = 0  # requests served by earlier loads of this model
     load_lock: threading.Lock = field(default_factory=threading.Lock)
     deaths: list[float] = field(default_factory=list)  # monotonic times, within the restart window
+    # The last load's footprint: sizes the eviction before a reload, after info's figures were cleared.
+    last_memory_bytes: int | None = None
+
+    def forget_figures(self) -> None:
+        """Once the engine is gone its memory and KV figures describe nothing held: keep them off the info."""
+        self.info.memory_bytes = self.info.kv_capacity_tokens = None
 
 
 class ModelManager(Supervision, Eviction):
@@ -162,6 +168,7 @@ class ModelManager(Supervision, Eviction):
                         entry.info.state, entry.info.error = "available", None
                     return
                 entry.info.state, entry.info.error = "loading", None
+                entry.forget_figures()
             moving = hand_over(engine, drain_timeout=drain_timeout)
             with self._lock:
                 entry.served_before += engine.stats().requests_total
@@ -201,7 +208,7 @@ class ModelManager(Supervision, Eviction):
             entry.info.state, entry.info.error = "loading", None
             entry.info.download_bytes_done = entry.info.download_bytes_total = None
         try:
-            self._make_room(entry, entry.info.memory_bytes or 0)  # known from an earlier load
+            self._make_room(entry, entry.last_memory_bytes or 0)  # known from an earlier load
             engine = self._factory(entry.config)
             try:
                 self._make_room(entry, engine.memory_bytes)
@@ -219,6 +226,7 @@ class ModelManager(Supervision, Eviction):
                 logger.exception("The on_loaded hook failed for %s", entry.info.name)
         with self._lock:
             entry.engine = engine
+            entry.last_memory_bytes = engine.memory_bytes
             entry.info = replace(
                 entry.info,
                 state="loaded",
@@ -248,6 +256,7 @@ class ModelManager(Supervision, Eviction):
         free_torch_memory()
         with self._lock:
             entry.info.state = "available"
+            entry.forget_figures()
 
     def get(self, name: str | None = None) -> AsyncEngine:
         """The loaded engine for name (None: the default); counts as use for LRU and keep-alive."""

@@ -44,6 +44,7 @@ class Supervision:
             if entry.engine is not engine:  # unloaded or replaced meanwhile
                 return
             entry.engine = None
+            entry.forget_figures()
             entry.served_before += engine.stats().requests_total
             delay = self._count_death(entry, f"the engine died ({error})")
         logger.error("Engine for %s died: %s", entry.info.name, error)

@@ -41,6 +41,17 @@ def test_register_get_default_and_aliases(manager):
         manager.register("b-alias", EngineConfig())
 
 
+def test_unload_forgets_the_memory_and_kv_figures(manager):
+    manager.load("a")
+    manager.unload("a")
+    info = {i.name: i for i in manager.list()}["a"]
+    assert info.state == "available" and info.memory_bytes is None and info.kv_capacity_tokens is None
+    assert info.architecture == "FakeForCausalLM"  # what the model is stays known
+    manager.load("a")
+    info = {i.name: i for i in manager.list()}["a"]
+    assert info.memory_bytes == ENGINE_BYTES and info.kv_capacity_tokens == 256
+
+
 def test_lru_eviction_when_the_budget_is_exceeded(manager):
     manager.load("a")
     time.sleep(0.01)

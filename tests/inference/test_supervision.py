@@ -78,6 +78,7 @@ def test_a_dead_engine_is_restarted_and_serves_again():
     wait_state(manager, "restarting")
     info = manager.list()[0]
     assert "restarting" in (info.error or "") and info.restarts == 0
+    assert info.memory_bytes is None and info.kv_capacity_tokens is None  # nothing is held meanwhile
     with pytest.raises(NoModelLoadedError):
         manager.get("m")
     factory.gate.set()
@@ -85,6 +86,7 @@ def test_a_dead_engine_is_restarted_and_serves_again():
     second = manager.get("m")
     assert second is not first and second.health().state == "ready"
     assert manager.list()[0].restarts == 1 and manager.list()[0].error is None
+    assert manager.list()[0].memory_bytes and manager.list()[0].kv_capacity_tokens
 
     async def serve() -> list[int]:
         return [o async for o in second.generate([1, 2, 3], GREEDY)][-1].outputs[0].token_ids

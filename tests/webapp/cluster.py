@@ -167,20 +167,24 @@ def start_cluster(work: Path, *, extra_env: dict[str, str] | None = None) -> Clu
     models = work / "models"
     models.mkdir(parents=True, exist_ok=True)
     inherited = {k: v for k, v in os.environ.items() if k not in ("MOONCAKE_TEST_OWNS_DATA", "MOONCAKE_DATA")}
-    env = inherited | {
-        "DJANGO_SETTINGS_MODULE": "webapp.settings.test",
-        "DATABASE_URL": postgres.url,
-        "REDIS_URL": f"{base_redis}/0",
-        "CELERY_BROKER_URL": f"{base_redis}/1",
-        "CELERY_RESULT_BACKEND": f"{base_redis}/2",
-        "MOONCAKE_TEST_SHARED_LAYER": "1",
-        "MOONCAKE_AUTOLOAD": "1",
-        "MOONCAKE_API_AUTH": "required",
-        "MOONCAKE_MODEL_ROOTS": str(models),
-        "MOONCAKE_CHAT_REPLY_LEASE_SECONDS": "6",
-        "MOONCAKE_CPU_THREADS": "1",  # two replicas share this machine's cores
-        "PYTHONUNBUFFERED": "1",
-    } | (extra_env or {})
+    env = (
+        inherited
+        | {
+            "DJANGO_SETTINGS_MODULE": "webapp.settings.test",
+            "DATABASE_URL": postgres.url,
+            "REDIS_URL": f"{base_redis}/0",
+            "CELERY_BROKER_URL": f"{base_redis}/1",
+            "CELERY_RESULT_BACKEND": f"{base_redis}/2",
+            "MOONCAKE_TEST_SHARED_LAYER": "1",
+            "MOONCAKE_AUTOLOAD": "1",
+            "MOONCAKE_API_AUTH": "required",
+            "MOONCAKE_MODEL_ROOTS": str(models),
+            "MOONCAKE_CHAT_REPLY_LEASE_SECONDS": "6",
+            "MOONCAKE_CPU_THREADS": "1",  # two replicas share this machine's cores
+            "PYTHONUNBUFFERED": "1",
+        }
+        | (extra_env or {})
+    )
     env["MOONCAKE_DATA"] = str(work / "worker")
     subprocess.run(
         [sys.executable, str(REPO_ROOT / "manage.py"), "migrate", "--noinput"],

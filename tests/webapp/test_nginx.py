@@ -17,6 +17,7 @@ from tests.webapp.nginx import Proxy, nginx_skip_reason, start_nginx
 
 pytestmark = pytest.mark.slow
 
+
 @pytest.fixture(scope="module")
 def proxy(daphne_server: LiveDaphne, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     reason = nginx_skip_reason()
