@@ -41,13 +41,15 @@ def server(daphne_server: LiveDaphne) -> LiveDaphne:
     return daphne_server
 
 
-def log_in(browser: Any, server: LiveDaphne, **context_args: Any) -> Any:
+def log_in(
+    browser: Any, server: LiveDaphne, *, username: str = USER, password: str = PASSWORD, **context_args: Any
+) -> Any:
     context = browser.new_context(**context_args)
     context.set_default_timeout(120_000)  # The CI box may be busy.
     page = context.new_page()
     page.goto(server.url + "/login/?next=/chat/")
-    page.fill("input[name=username]", USER)
-    page.fill("input[name=password]", PASSWORD)
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
     page.click("form[action='/login/'] [type=submit]")
     page.wait_for_url(re.compile(r"/chat/\d+/$"))
     page.wait_for_selector("#chat[data-connected=true]")

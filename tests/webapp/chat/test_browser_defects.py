@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import LiveDaphne
+from tests.webapp.chat.test_browser import log_in as shared_log_in
 from tests.webapp.chat.test_browser import send, set_max_tokens, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -25,16 +26,7 @@ def server(daphne_server: LiveDaphne) -> LiveDaphne:
 
 
 def log_in(browser: Any, server: LiveDaphne, **context_args: Any) -> Any:
-    context = browser.new_context(**context_args)
-    context.set_default_timeout(120_000)  # The CI box may be busy.
-    page = context.new_page()
-    page.goto(server.url + "/login/?next=/chat/")
-    page.fill("input[name=username]", USER)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("form[action='/login/'] [type=submit]")
-    page.wait_for_url(re.compile(r"/chat/\d+/$"))
-    page.wait_for_selector("#chat[data-connected=true]")
-    return page
+    return shared_log_in(browser, server, username=USER, password=PASSWORD, **context_args)
 
 
 def test_send_and_stop_never_show_together(browser: Any, server: LiveDaphne) -> None:
