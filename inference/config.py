@@ -20,13 +20,15 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 QUANTIZATIONS = ("none", "gguf")
-# Who runs the model: "native" is our engine in this process; "openai" an existing server that speaks
-# the OpenAI API (vLLM, SGLang, TGI, llama-server, Ollama) at base_url (inference.remote_engine);
+# Who runs the model: "native" is our engine in this process; "transformers" transformers' own
+# continuous batching in this process, for architectures ours lacks (inference.transformers_engine);
+# "openai" an existing server that speaks the OpenAI API (vLLM, SGLang, TGI, llama-server, Ollama)
+# at base_url (inference.remote_engine);
 # "vllm", "sglang", "tgi" that engine's own server, started here as a supervised child process and then
 # reached as "openai" reaches one (inference.supervised_engine).
 SUPERVISED_TYPES = ("vllm", "sglang", "tgi")
-ENGINE_TYPES = ("native", "openai", *SUPERVISED_TYPES)
-_PLANNED_TYPES = ("transformers",)
+IN_PROCESS_TYPES = ("native", "transformers")
+ENGINE_TYPES = (*IN_PROCESS_TYPES, "openai", *SUPERVISED_TYPES)
 # EngineConfig fields that only a supervised type reads (the server Mooncake starts).
 SERVER_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "executable", "startup_timeout")
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
@@ -190,11 +192,6 @@ class EngineConfig:
 
     def _check_engine_type(self) -> None:
         kind = self.engine_type
-        if kind in _PLANNED_TYPES:
-            raise ValueError(
-                f"engine type {kind!r} is not available yet; run that server yourself and use "
-                "type 'openai' with base_url pointing at its OpenAI API (e.g. http://vllm:8000/v1)"
-            )
         if kind not in ENGINE_TYPES:
             raise ValueError(f"engine type must be one of {ENGINE_TYPES}, got {kind!r}")
         check_positive("request_timeout", self.request_timeout)
@@ -211,12 +208,17 @@ class EngineConfig:
                 f"{', '.join(stray)} only apply to engine types {', '.join(SUPERVISED_TYPES)} "
                 f"(type is {kind!r})"
             )
-        if kind == "native":
+        if kind in IN_PROCESS_TYPES:
             stray = [
                 name for name in ("base_url", "api_key", "upstream_model") if getattr(self, name) is not None
             ]
             if stray:
-                raise ValueError(f"{', '.join(stray)} only apply to engine type 'openai' (type is 'native')")
+                raise ValueError(f"{', '.join(stray)} only apply to engine type 'openai' (type is {kind!r})")
+            if kind == "transformers" and self.quantization != "none":
+                raise ValueError(
+                    "quantization 'gguf' applies to engine type 'native' only; engine type 'transformers' "
+                    "runs the weights in dtype"
+                )
             return
         if not self.base_url:
             raise ValueError("base_url is required for engine type 'openai' (e.g. http://vllm:8000/v1)")

@@ -238,8 +238,9 @@ def _architecture(hf_config: PretrainedConfig) -> str:
         if name in SUPPORTED_ARCHITECTURES:
             return str(name)
     raise ModelSourceError(
-        f"unsupported architecture {architectures or hf_config.model_type!r}; "
-        f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        f"our engine does not implement architecture {architectures or hf_config.model_type!r} "
+        f"(it runs {', '.join(SUPPORTED_ARCHITECTURES)}); set `type: transformers` in the model's engine "
+        "settings to run it with transformers' own continuous batching"
     )
 
 

@@ -101,6 +101,30 @@ class MetricsCollector:
     def on_finished(self, reason: str) -> None:
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
 
+    def record_request(
+        self,
+        *,
+        prompt_tokens: int,
+        generated_per_choice: list[int],
+        finish_reasons: list[str],
+        arrival: float,
+        first_token: float | None,
+        now: float,
+    ) -> None:
+        """One finished request of an engine that sees no steps (remote, transformers): its counts, its
+        latencies, and its inter-token gap as the mean over the reply."""
+        generated, choices = sum(generated_per_choice), len(generated_per_choice)
+        self.requests_total += 1
+        self.prompt_tokens_total += prompt_tokens
+        self.generation_tokens_total += generated
+        for reason in finish_reasons:
+            self.on_finished(reason)
+        self.observe("e2e_latency", now - arrival)
+        if first_token is not None:
+            self.observe("ttft", first_token - arrival)
+            if generated > choices:
+                self.observe("itl", (now - first_token) * choices / (generated - choices))
+
     def snapshot(self, **gauges: int | float) -> EngineStats:
         stats = EngineStats(
             prompt_tokens_total=self.prompt_tokens_total,

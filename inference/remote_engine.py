@@ -185,20 +185,15 @@ class RemoteEngine:
     def _record(
         self, ids: list[int], choices: list[ChoiceState], arrival: float, first_token: float | None
     ) -> None:
-        now = time.time()
-        generated = sum(len(c.token_ids) for c in choices)
         with self._lock:
-            metrics = self._metrics
-            metrics.requests_total += 1
-            metrics.prompt_tokens_total += len(ids)
-            metrics.generation_tokens_total += generated
-            for c in choices:
-                metrics.on_finished(c.finish_reason or "abort")
-            metrics.observe("e2e_latency", now - arrival)
-            if first_token is not None:
-                metrics.observe("ttft", first_token - arrival)
-                if generated > len(choices):  # the mean gap: the upstream's per-token timing is not seen
-                    metrics.observe("itl", (now - first_token) * len(choices) / (generated - len(choices)))
+            self._metrics.record_request(
+                prompt_tokens=len(ids),
+                generated_per_choice=[len(c.token_ids) for c in choices],
+                finish_reasons=[c.finish_reason or "abort" for c in choices],
+                arrival=arrival,
+                first_token=first_token,
+                now=time.time(),
+            )
 
     async def abort(self, request_id: str) -> None:
         with self._lock:

@@ -36,7 +36,7 @@ def test_openai_type_with_its_settings() -> None:
         ({**UPSTREAM, "base_url": "vllm:8000/v1"}, "base_url must be an http:// or https:// URL"),
         ({**UPSTREAM, "base_url": "http:///v1"}, "with a host"),
         ({**UPSTREAM, "request_timeout": 0}, "request_timeout must be > 0"),
-        ({"type": "magic"}, r"engine type must be one of \('native', 'openai', 'vllm', 'sglang', 'tgi'\)"),
+        ({"type": "magic"}, r"engine type must be one of \('native', 'transformers', 'openai', 'vllm', 'sglang', 'tgi'\)"),
         ({"base_url": "http://vllm:8000/v1"}, "base_url only apply to engine type 'openai'"),
         ({"api_key": "sk"}, "api_key only apply to engine type 'openai'"),
         ({**UPSTREAM, "api_key_env": "KEY"}, "unknown engine setting"),  # the web layer resolves it
@@ -59,10 +59,13 @@ def test_child_process_engines_take_their_server_settings(kind: str) -> None:
     assert config.base_url is None  # Mooncake starts the server and picks its address
 
 
-def test_planned_engine_types_point_at_openai() -> None:
-    with pytest.raises(ValueError, match="engine type 'transformers' is not available yet") as info:
-        EngineConfig.from_dict({"type": "transformers"})
-    assert "'openai'" in str(info.value) and "base_url" in str(info.value)
+def test_transformers_engine_type_is_in_process_and_refuses_upstream_settings() -> None:
+    config = EngineConfig.from_dict({"type": "transformers", "model": "/models/gemma", "dtype": "float32"})
+    assert (config.engine_type, config.base_url) == ("transformers", None)
+    with pytest.raises(ValueError, match="only apply to engine type 'openai'.*'transformers'"):
+        EngineConfig.from_dict({"type": "transformers", "upstream_model": "x"})
+    with pytest.raises(ValueError, match="quantization 'gguf' applies to engine type 'native' only"):
+        EngineConfig.from_dict({"type": "transformers", "quantization": "gguf"})
 
 
 def test_completion_body_sends_token_ids_and_only_the_extras_asked_for() -> None:

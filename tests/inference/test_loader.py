@@ -88,14 +88,15 @@ def test_missing_source_is_a_clear_error(tmp_path: Path) -> None:
         resolve_source(str(tmp_path / "nope"))
 
 
-def test_unsupported_architecture_lists_supported_ones(tmp_path: Path) -> None:
+def test_unsupported_architecture_lists_supported_ones_and_names_transformers(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     (tmp_path / "config.json").write_text(
         json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})
     )
     save_file({"x": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"GPT2LMHeadModel.*supported: LlamaForCausalLM.*Qwen3ForCausalLM"):
+    pattern = r"GPT2LMHeadModel.*it runs LlamaForCausalLM.*Qwen3ForCausalLM.*`type: transformers`"
+    with pytest.raises(ValueError, match=pattern):
         load_model(str(tmp_path), device="cpu")
 
 

@@ -56,6 +56,10 @@ def start_engine(config: EngineConfig) -> AsyncEngine:
         # The manager is typed by the native engine; RemoteEngine offers all it calls on one (shutdown,
         # stats, set_on_death and the restart primitives).
         return cast("AsyncEngine", RemoteEngine.start(config))
+    if config.engine_type == "transformers":
+        from inference.transformers_engine import TransformersEngine
+
+        return cast("AsyncEngine", TransformersEngine.start(config))
     if config.engine_type in SUPERVISED_TYPES:
         from inference.supervised_engine import SupervisedEngine
 

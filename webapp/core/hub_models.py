@@ -30,6 +30,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from inference.api import IN_PROCESS_TYPES, SUPERVISED_TYPES
+
 if TYPE_CHECKING:
     from inference.api import EngineConfig
 
@@ -92,7 +94,8 @@ def hub_cache_dir(cache_dir: Path | None = None) -> Path:
 
 
 def patterns_for(engine_type: str) -> tuple[str, ...]:
-    return MODEL_FILES if engine_type == "native" else TEMPLATE_FILES
+    """Weights for the engines that run in this process; only the tokenizer for one that runs elsewhere."""
+    return MODEL_FILES if engine_type in IN_PROCESS_TYPES else TEMPLATE_FILES
 
 
 def cached(ref: HubRef, patterns: Sequence[str], cache_dir: Path | None = None) -> Path | None:
@@ -300,11 +303,11 @@ def hub_engine_factory(
 ) -> Callable[[EngineConfig], E]:
     """`factory` for configs whose model is a hub id, fetched first: the engine gets the local path, and
     the hub cache joins model_roots (where set), as a trusted root for downloaded snapshots. Engines that
-    fetch models themselves (anything but native and openai) get the config unchanged."""
+    fetch models themselves (vllm, sglang, tgi) get the config unchanged."""
 
     def start(config: EngineConfig) -> E:
         ref = parse_hub_id(config.model)
-        if ref is None or config.engine_type not in ("native", "openai"):
+        if ref is None or config.engine_type in SUPERVISED_TYPES:
             return factory(config)
         local = fetch(
             ref,
