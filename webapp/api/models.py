@@ -1,4 +1,4 @@
-"""One row per API request, for the console's request log."""
+"""One row per request, the API's and the chat's alike, for the console's request log."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from webapp.accounts.models import ApiKey
 
 
 class RequestLog(models.Model):
+    class Source(models.TextChoices):
+        API = "api", "API"
+        CHAT = "chat", "Chat"
+
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -17,9 +21,12 @@ class RequestLog(models.Model):
         on_delete=models.SET_NULL,
         related_name="api_requests",
     )
+    # Null for chat rows (a signed-in user, no key) and anonymous API calls.
     api_key = models.ForeignKey(
         ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="requests"
     )
+    # Chat replies are counted as API requests are; this says which door a row came through.
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.API, db_index=True)
     # The X-Request-ID the response carried: joins this row to the server log lines of the request.
     request_id = models.CharField(max_length=128, blank=True, db_index=True)
     endpoint = models.CharField(max_length=64)

@@ -3,16 +3,24 @@
 The same generation service the API uses admits it: the user's own limits (set in the console) and the
 chat's per-minute cap are checked before any work, then the history is templated and checked off the
 event loop.
+
+Every admitted send is accounted as an API request is (webapp.api.services.usage): one request-log row
+with source "chat" and the user's daily totals, written when the run closes however the reply ended; a
+send the service refuses (a limit, no model, too long a prompt) is logged with its error status.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 
 from inference.api import EngineClient, SamplingParams
 from webapp.accounts.selectors import user_limits
+from webapp.api.models import RequestLog
+from webapp.api.services.models import model_name
+from webapp.api.services.usage import RequestRecord, request_record_save
 from webapp.chat import selectors, services
 from webapp.chat.models import Conversation
 from webapp.core.errors import MODEL_RETRY_AFTER_S, InvalidRequest, MooncakeError, Unavailable
@@ -20,6 +28,19 @@ from webapp.core.generation import GenerationRequest, GenerationRun, Prepared
 from webapp.core.limits import Limits
 from webapp.core.prompts import check_prompt, render_chat
 from webapp.core.runtime import get_runtime
+
+ENDPOINT = "chat"
+
+
+def _new_record() -> RequestRecord:
+    return RequestRecord(endpoint=ENDPOINT, source=RequestLog.Source.CHAT, stream=True)
+
+
+@dataclass(slots=True)
+class ChatJob(Prepared):
+    """A prepared reply and its request-log row, which the reply's task fills in as it ends."""
+
+    record: RequestRecord = field(default_factory=_new_record)
 
 
 def check_length(content: str) -> None:
@@ -32,12 +53,16 @@ def check_length(content: str) -> None:
 
 async def admit_send(
     conversation: Conversation, rate_limit_per_minute: int, messages: list[dict[str, str]]
-) -> GenerationRun[Prepared]:
+) -> GenerationRun[ChatJob]:
     """Admit the send (the user's limits and the chat's cap), then template and check the prompt."""
     user_id = conversation.user_id
     own = await database_sync_to_async(user_limits)(user_id=user_id)
+    record = _new_record()
+    record.model = conversation.model
+    record.prompt_text = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
 
-    async def prepare(engine: EngineClient) -> Prepared:
+    async def prepare(engine: EngineClient) -> ChatJob:
+        record.model = model_name(engine, conversation.model or None)
         # Templating and tokenizing a long history is CPU work: keep it off the event loop.
         ids = await asyncio.to_thread(render_chat, engine, messages)
         remaining = check_prompt(engine, ids, max_tokens=None, param="messages")
@@ -49,10 +74,10 @@ async def admit_send(
             )
         except ValueError as exc:
             raise InvalidRequest(f"Check this chat's settings: {exc}", code="invalid") from exc
-        return Prepared(prompts=[ids], params=params)
+        return ChatJob(prompts=[ids], params=params, record=record)
 
     request = GenerationRequest(
-        endpoint="chat",
+        endpoint=ENDPOINT,
         model=conversation.model or None,
         limit_checks=[
             (("user", user_id), own),
@@ -61,14 +86,42 @@ async def admit_send(
         prepare=prepare,
     )
     try:
-        return await get_runtime().generation.prepare(request)
-    except MooncakeError as exc:
-        if exc.code == "model_not_loaded" and await asyncio.to_thread(
-            selectors.model_is_loading, conversation.model
-        ):
-            raise Unavailable(
-                "The model is still loading; retry shortly.",
-                code="model_loading",
-                retry_after=MODEL_RETRY_AFTER_S,
-            ) from exc
-        raise
+        run = await get_runtime().generation.prepare(request)
+    except BaseException as exc:
+        error = await _refusal(exc, conversation.model)
+        record_failure(record, error)
+        await asyncio.shield(request_record_save(record=record, user_id=user_id))
+        if error is exc:
+            raise
+        raise error from exc
+
+    async def account(closed: GenerationRun[ChatJob]) -> None:
+        record.take_usage(closed.usage)
+        await request_record_save(record=record, user_id=user_id)
+
+    run.on_close(account)
+    return run
+
+
+async def _refusal(exc: BaseException, model: str) -> BaseException:
+    """The error a refused send raises: "no model" while the chat's model is loading means "wait"."""
+    if (
+        isinstance(exc, MooncakeError)
+        and exc.code == "model_not_loaded"
+        and await asyncio.to_thread(selectors.model_is_loading, model)
+    ):
+        return Unavailable(
+            "The model is still loading; retry shortly.",
+            code="model_loading",
+            retry_after=MODEL_RETRY_AFTER_S,
+        )
+    return exc
+
+
+def record_failure(record: RequestRecord, exc: BaseException) -> None:
+    """Mark the row with `exc`: its status (499 for a cancelled send, as the API logs a lost client)."""
+    if isinstance(exc, MooncakeError):
+        record.status_code, record.error = exc.status, exc.message
+    else:
+        record.status_code = 499 if isinstance(exc, asyncio.CancelledError) else 500
+        record.error = type(exc).__name__

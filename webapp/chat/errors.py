@@ -7,7 +7,7 @@ from_engine_error first, which logs their details under a reference and keeps th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from webapp.core.errors import (
     Conflict,
@@ -21,10 +21,12 @@ from webapp.core.errors import (
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """What the chat shows: `code` for the UI and tests, `message` for the user."""
+    """What the chat shows: `code` for the UI and tests, `message` for the user; `status` is the HTTP
+    status the API would have answered, for the request log."""
 
     code: str
     message: str
+    status: int = 500
 
 
 TOO_LONG_ADVICE = "Start a new chat or edit an earlier message."
@@ -34,6 +36,10 @@ def notice_for(exc: BaseException, *, model: str, loading: bool = False) -> Noti
     """The notice for an error met while sending to or replying in a chat whose model is `model`
     ("" for the default); `loading`: the chat's model is still loading."""
     error = from_engine_error(exc, loading=loading)
+    return replace(_notice(exc, error, model=model, loading=loading), status=error.status)
+
+
+def _notice(exc: BaseException, error: MooncakeError, *, model: str, loading: bool) -> Notice:
     code = error.code
     if code == "context_length_exceeded":
         return Notice(

@@ -4,7 +4,8 @@ A reply keeps going (and is saved at least every SAVE_INTERVAL_S) when its tab c
 it through the chat's Channels group. Only stop() (or deleting the chat) aborts it.
 
 Every reply goes through the runtime's generation service, as an API request does (webapp.chat.admission),
-and is admitted before the user's message is saved, so a refused send leaves the history as it was.
+and is admitted before the user's message is saved, so a refused send leaves the history as it was. Its
+request-log row (source "chat") is written when the run closes, with the outcome _run gave it.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from django.conf import settings
 
 from inference.api import EngineClient
 from webapp.chat import errors, events, selectors, services
-from webapp.chat.admission import admit_send, check_length
+from webapp.chat.admission import ChatJob, admit_send, check_length, record_failure
 from webapp.chat.markdown_stream import IncrementalMarkdown
 from webapp.chat.models import Conversation, Message
 from webapp.chat.replicas import ReplyCoordinator
 from webapp.chat.titles import TitleWriter
 from webapp.core.errors import Conflict, InvalidRequest
-from webapp.core.generation import GenerationRun, Prepared
+from webapp.core.generation import GenerationRun
 from webapp.core.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class _ReplyDeleted(Exception):
 class RunningReply:
     conversation_id: int
     message: Message
-    run: GenerationRun[Prepared]
+    run: GenerationRun[ChatJob]
     task: asyncio.Task[None] | None = None
     began: bool = False  # the task's body is running (a task cancelled before that never runs it)
     stop_requested: bool = False
@@ -182,7 +183,7 @@ class ChatReplies:
         finally:
             self._reserved.discard(conversation.pk)
 
-    async def _start(self, conversation: Conversation, run: GenerationRun[Prepared]) -> None:
+    async def _start(self, conversation: Conversation, run: GenerationRun[ChatJob]) -> None:
         """Create the reply and its task; from here the task owns the run (and closes it)."""
         message = await database_sync_to_async(services.assistant_message_create)(
             conversation=conversation, model=conversation.model or await _default_name()
@@ -203,6 +204,7 @@ class ChatReplies:
         reply.began = True
         run, message = reply.run, reply.message
         assert run.job is not None
+        record = run.job.record
         message.prompt_tokens = len(run.job.prompts[0])
         last_save = last_send = time.monotonic()
         try:
@@ -238,8 +240,12 @@ class ChatReplies:
                 "error",
                 notice.message,
             )
+            record.status_code, record.error = notice.status, notice.message
         finally:
-            # Tokens into the limiter and the concurrency slot released, however the reply ended.
+            # The row says what the user saw: a Stop is a served "abort", not an error.
+            record.finish_reasons = [message.finish_reason] if message.finish_reason else []
+            # Tokens into the limiter, the concurrency slot released and the request logged, however the
+            # reply ended.
             await run.close()
         await self._finish(reply, conversation)
 
@@ -265,11 +271,13 @@ class ChatReplies:
 
 
 @contextlib.asynccontextmanager
-async def _closed_on_error(run: GenerationRun[Prepared]) -> AsyncIterator[None]:
+async def _closed_on_error(run: GenerationRun[ChatJob]) -> AsyncIterator[None]:
     """Until the reply's task takes the run over, any failure (saving the message, say) closes it."""
     try:
         yield
-    except BaseException:
+    except BaseException as exc:
+        if run.job is not None:
+            record_failure(run.job.record, exc)
         await asyncio.shield(run.close())
         raise
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
 
 from inference.api import ModelInfo
@@ -17,6 +18,10 @@ from webapp.core.models import ModelRegistration
 from webapp.core.runtime import get_runtime
 
 PAGE_SIZE = 100
+# The request log pages through everything kept: 50 rows stay readable on one screen.
+REQUEST_LOG_PAGE_SIZE = 50
+# Counts above this cannot be stored (the columns are 32-bit on PostgreSQL): a larger filter matches nothing.
+MAX_STORED_COUNT = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,7 @@ def model_rows() -> list[ModelRow]:
 
 @dataclass(frozen=True, slots=True)
 class RequestFilters:
+    source: str = ""  # "api", "chat" or "" for both
     request_id: str = ""
     user: str = ""
     key_prefix: str = ""
@@ -116,7 +122,10 @@ class RequestFilters:
 
 
 def request_log(filters: RequestFilters) -> QuerySet[RequestLog]:
-    rows = RequestLog.objects.select_related("user", "api_key")
+    """Every row the filters match, newest first (the id breaks ties, so pages never share a row)."""
+    rows = RequestLog.objects.select_related("user", "api_key").order_by("-created_at", "-id")
+    if filters.source:
+        rows = rows.filter(source=filters.source)
     if filters.request_id:
         rows = rows.filter(request_id=filters.request_id.strip())
     if filters.user:
@@ -131,15 +140,22 @@ def request_log(filters: RequestFilters) -> QuerySet[RequestLog]:
         rows = rows.filter(status_code__lt=400)
     elif filters.status == "error":
         rows = rows.filter(status_code__gte=400)
-    elif filters.status.isdigit():
+    elif filters.status.isdigit() and len(filters.status) == 3:  # an HTTP status: never overflows the column
         rows = rows.filter(status_code=int(filters.status))
     if filters.min_tokens is not None:
-        rows = rows.filter(completion_tokens__gte=filters.min_tokens)
+        # A bigger number than the database holds would raise there instead of matching no row.
+        rows = rows.filter(completion_tokens__gte=min(filters.min_tokens, MAX_STORED_COUNT))
     if filters.min_ttft_s is not None:
         rows = rows.filter(ttft_s__gte=filters.min_ttft_s)
     if filters.min_duration_s is not None:
         rows = rows.filter(duration_s__gte=filters.min_duration_s)
-    return rows[:PAGE_SIZE]
+    return rows
+
+
+def request_log_page(filters: RequestFilters, page: str | None) -> Page[RequestLog]:
+    """One page of the matching rows; a page number that is not one (or past the end) gives the nearest
+    page, never an error: the number comes from a URL anyone can edit."""
+    return Paginator(request_log(filters), REQUEST_LOG_PAGE_SIZE).get_page(page)
 
 
 def users_list() -> QuerySet[User]:

@@ -80,13 +80,8 @@ class ApiRun:
             self.record.status_code = status
         self.record.error = error
         await self.run.close()
-        usage = self.run.usage
-        self.record.prompt_tokens = usage.prompt_tokens
-        self.record.completion_tokens = usage.completion_tokens
-        self.record.ttft_s = usage.ttft_s
-        self.record.duration_s = usage.duration_s
-        self.record.finish_reasons = list(usage.finish_reasons)
-        await request_record_save(caller=self.caller, record=self.record)
+        self.record.take_usage(self.run.usage)
+        await _save(self.caller, self.record)
 
 
 async def start_generation(
@@ -121,11 +116,15 @@ async def start_generation(
         run = await get_runtime().generation.start(request)
     except MooncakeError as exc:
         record.status_code, record.error = exc.status, exc.message
-        await request_record_save(caller=caller, record=record)
+        await _save(caller, record)
         raise
     except BaseException as exc:
         record.status_code = 499 if isinstance(exc, asyncio.CancelledError) else 500
         record.error = type(exc).__name__
-        await asyncio.shield(request_record_save(caller=caller, record=record))
+        await asyncio.shield(_save(caller, record))
         raise
     return ApiRun(run, caller, record)
+
+
+async def _save(caller: Caller, record: RequestRecord) -> None:
+    await request_record_save(record=record, user_id=caller.user_id, api_key_id=caller.api_key_id)

@@ -1,4 +1,8 @@
-"""Accounting for one finished request: the request log row, the daily totals and the token limiter."""
+"""Accounting for one finished request, the API's or the chat's: the request log row and the daily totals.
+
+Both channels go through request_record_save, so a chat reply counts exactly as an API request does;
+the row's source says which one it was.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,9 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from webapp.accounts.services import usage_record
-from webapp.api.auth import Caller
 from webapp.api.models import RequestLog
 from webapp.core.engine_settings import log_prompts_enabled
+from webapp.core.generation import Usage
 from webapp.core.request_id import get_request_id
 
 logger = logging.getLogger(__name__)
@@ -22,6 +26,7 @@ class RequestRecord:
     """Filled in while a request runs; written once when it ends."""
 
     endpoint: str
+    source: str = RequestLog.Source.API
     stream: bool = False
     model: str = ""
     status_code: int = 200
@@ -35,19 +40,28 @@ class RequestRecord:
     # Taken when the record is made, inside the request: a stream's row is written after the view returned.
     request_id: str = field(default_factory=lambda: get_request_id() or "")
 
+    def take_usage(self, usage: Usage) -> None:
+        """Copy a closed run's counts; finish reasons the channel already set (the chat's) are kept."""
+        self.prompt_tokens = usage.prompt_tokens
+        self.completion_tokens = usage.completion_tokens
+        self.ttft_s = usage.ttft_s
+        self.duration_s = usage.duration_s
+        self.finish_reasons = self.finish_reasons or list(usage.finish_reasons)
+
 
 def _storable(text: str) -> str:
     """`text` as the database can store it: a lone surrogate (from a client's JSON) becomes "\\ud800"."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _write(caller: Caller, record: RequestRecord) -> None:
+def _write(user_id: int | None, api_key_id: int | None, record: RequestRecord) -> None:
     # The console's row, not this process's settings: an admin's switch reaches every replica.
     log_prompts = log_prompts_enabled()
     with transaction.atomic():
         RequestLog.objects.create(
-            user_id=caller.user_id,
-            api_key_id=caller.api_key_id,
+            user_id=user_id,
+            api_key_id=api_key_id,
+            source=record.source,
             request_id=record.request_id[:128],
             endpoint=record.endpoint,
             model=_storable(record.model)[:200],
@@ -62,17 +76,20 @@ def _write(caller: Caller, record: RequestRecord) -> None:
             prompt_text=_storable(record.prompt_text) if log_prompts else "",
         )
         usage_record(
-            user_id=caller.user_id,
-            api_key_id=caller.api_key_id,
+            user_id=user_id,
+            api_key_id=api_key_id,
             prompt_tokens=record.prompt_tokens,
             completion_tokens=record.completion_tokens,
             error=record.status_code >= 400,
         )
 
 
-async def request_record_save(*, caller: Caller, record: RequestRecord) -> None:
-    """Persist the record; accounting never turns a served answer into an error: failures are logged."""
+async def request_record_save(
+    *, record: RequestRecord, user_id: int | None, api_key_id: int | None = None
+) -> None:
+    """Persist the record for the user (and key: None for chat and anonymous calls); accounting never
+    turns a served answer into an error: failures are logged."""
     try:
-        await sync_to_async(_write)(caller, record)
+        await sync_to_async(_write)(user_id, api_key_id, record)
     except Exception:
-        logger.exception("could not record API usage for %s", record.endpoint)
+        logger.exception("could not record %s usage for %s", record.source, record.endpoint)

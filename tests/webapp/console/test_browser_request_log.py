@@ -1,0 +1,78 @@
+"""End to end with the real model: a chat reply is a request like any other. The user chats, a per-user
+limit refuses their next send with a notice in the chat, and staff find both in the console's request log
+filtered to the chat (Debian's Chromium via Playwright against a live Daphne)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.conftest import LiveDaphne
+from tests.webapp.chat.test_browser import log_in as chat_log_in
+from tests.webapp.chat.test_browser import send, set_max_tokens, wait_idle
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHATTER, CHATTER_PASSWORD = "log-chatter", "log-chatter-password-1"
+STAFF, STAFF_PASSWORD = "log-staff", "log-staff-password-1"
+
+
+@pytest.fixture(scope="module")
+def server(daphne_server: LiveDaphne) -> LiveDaphne:
+    daphne_server.create_user(CHATTER, CHATTER_PASSWORD)
+    daphne_server.create_user(STAFF, STAFF_PASSWORD, staff=True)
+    # One request a minute: the first send is it (saving settings is not one), the second is refused.
+    daphne_server.manage(
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User\n"
+        "from webapp.accounts.models import UserApiLimits\n"
+        f"UserApiLimits.objects.create(user=User.objects.get(username={CHATTER!r}), requests_per_minute=1)\n",
+    )
+    return daphne_server
+
+
+def test_chat_reply_and_refusal_appear_in_the_request_log(browser: Any, server: LiveDaphne) -> None:
+    chat = chat_log_in(
+        browser, server, username=CHATTER, password=CHATTER_PASSWORD, viewport={"width": 1280, "height": 800}
+    )
+    set_max_tokens(chat, 8)
+    send(chat, "Say hi.")
+    wait_idle(chat)
+    # Over the user's limit: a sentence in the chat, the typed text kept, the composer still usable.
+    chat.fill("#composer-input", "And again.")
+    chat.press("#composer-input", "Enter")
+    notice = chat.locator("#chat-error")
+    notice.wait_for(state="visible")
+    assert "too quickly" in notice.inner_text()
+    assert chat.input_value("#composer-input") == "And again."
+    assert chat.locator("#send-btn").is_enabled() and chat.locator("#chat[data-running=false]").count() == 1
+    chat.context.close()
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    page.goto(server.url + f"/login/?next=/console/requests/%3Fsource%3Dchat%26user%3D{CHATTER}")
+    page.fill("input[name=username]", STAFF)
+    page.fill("input[name=password]", STAFF_PASSWORD)
+    page.click("form[action='/login/'] [type=submit]")
+    page.wait_for_url(re.compile(rf"/console/requests/\?source=chat&user={CHATTER}$"))
+    assert page.locator("select[name=source]").input_value() == "chat"
+    rows = page.locator("#request-rows tbody tr")
+    assert rows.count() == 2
+    refused, served = rows.nth(0), rows.nth(1)  # newest first
+    for row in (refused, served):
+        assert row.locator("td").nth(1).inner_text() == "Chat"
+        assert row.locator("td").nth(2).inner_text().startswith(CHATTER)
+    assert served.locator("td").nth(10).inner_text() == "200"
+    assert int(served.locator("td").nth(6).inner_text()) > 0  # completion tokens
+    assert served.locator("td").nth(9).inner_text() in ("stop", "length")
+    assert refused.locator("td").nth(10).inner_text().startswith("429")
+
+    # The API filter hides them; the address carries the filter, so it can be shared.
+    page.select_option("select[name=source]", "api")
+    page.wait_for_url(re.compile(rf"source=api&.*user={CHATTER}"))
+    page.locator("#request-rows", has_text="No requests match.").wait_for()
+    context.close()
