@@ -223,6 +223,11 @@
     if (invalid && root.contains(e.detail.target)) { invalid.focus(); }
   });
 
+  // Mermaid fences become diagrams in diagrams.js, beside this file (it loads mermaid only when needed).
+  const diagrams = document.createElement("script");
+  diagrams.src = new URL("diagrams.js", document.currentScript.src).href;
+  document.head.appendChild(diagrams);
+
   setRunning(false);
   toBottom();
   connect();

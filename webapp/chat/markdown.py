@@ -16,6 +16,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from webapp.chat.math import MATHML_ATTRIBUTES, MATHML_TAGS, math_plugin
+
 _FORMATTER = HtmlFormatter(nowrap=True)
 
 _ALLOWED_TAGS = {
@@ -48,6 +50,7 @@ _ALLOWED_TAGS = {
     "thead",
     "tr",
     "ul",
+    *MATHML_TAGS,
 }
 _ALLOWED_ATTRIBUTES = {
     "a": {"href", "title"},
@@ -59,6 +62,7 @@ _ALLOWED_ATTRIBUTES = {
     "span": {"class"},
     "td": {"style"},
     "th": {"style"},
+    **MATHML_ATTRIBUTES,
 }
 
 
@@ -78,9 +82,13 @@ def fence_language(info: str) -> str:
 
 
 def code_block_html(body_html: str, lang: str) -> str:
-    """A code block's frame around its (already escaped or highlighted) body."""
+    """A code block's frame around its (already escaped or highlighted) body.
+
+    A mermaid fence is marked for static/chat/diagrams.js, which draws it in the browser once the reply
+    is finished (the source stays here as the fallback and for Copy)."""
+    frame = "code-block mermaid" if lang == "mermaid" else "code-block"
     return (
-        '<div class="code-block"><div class="code-head"><span>'
+        f'<div class="{frame}"><div class="code-head"><span>'
         f"{escape(lang or 'text')}</span>"
         '<button type="button" class="copy-btn" aria-label="Copy code">Copy</button></div>'
         f'<pre class="highlight"><code>{body_html}</code></pre></div>\n'
@@ -100,6 +108,7 @@ def _parser() -> MarkdownIt:
     # html=False: raw HTML in model output is shown as text, never interpreted.
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
     md.enable(["table", "strikethrough"])
+    md.use(math_plugin)
     md.add_render_rule("fence", _render_fence)
     md.add_render_rule("code_block", _render_fence)
     return md
@@ -123,5 +132,7 @@ def sanitize(html: str) -> str:
         attributes=_ALLOWED_ATTRIBUTES,
         url_schemes={"http", "https", "mailto"},
         link_rel="noopener noreferrer nofollow",
+        # A link in a reply opens beside the chat, never in place of it (a half-written reply would go).
+        set_tag_attribute_values={"a": {"target": "_blank"}},
         filter_style_properties={"text-align"},
     )

@@ -4,6 +4,8 @@ Re-rendering a whole reply on every update is quadratic in its length. CommonMar
 a top-level block that has been followed by another (over complete lines) can no longer change, so its HTML
 is final and rendering it alone gives the same HTML as rendering it in place. The exception is link
 reference definitions, which are global: once one appears the renderer falls back to whole renders.
+Display math (`$$` or `\\[` blocks, webapp/chat/math.py) runs to its closer or to the text's end, like a
+fence, so an open one is always the last block and the rule holds for it too.
 The result always equals render_markdown(text) (tests/webapp/chat/test_markdown_stream.py checks it),
 with one exception: a code block still open (no closing fence yet) and longer than
 OPEN_CODE_HIGHLIGHT_CHARS streams as escaped text, because highlighting it again on every update would

@@ -8,8 +8,11 @@ from typing import Any, cast
 
 from django import forms
 from django.conf import settings
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from inference.api import EngineConfig
+from webapp.api.models import RequestLog
 from webapp.console.paths import ModelPathError, confine_model_path
 from webapp.core.engine import engine_config_dict
 from webapp.core.engine_settings import ENGINE_FIELDS
@@ -23,6 +26,15 @@ from webapp.core.models import (
 from webapp.core.sampling import TEMPERATURE, TOKEN_COUNT, TOP_K, TOP_P, Range
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def help_html(text: str) -> SafeString:
+    """Help text with `name` spans shown as <code>: templates print help_text as it is, so the markup is
+    made here, around escaped text (the templates stay plain `{{ field.help_text }}`)."""
+    parts = _CODE_SPAN.split(text)  # odd indexes: the insides of backtick spans
+    html = "".join(f"<code>{escape(p)}</code>" if i % 2 else escape(p) for i, p in enumerate(parts))
+    return mark_safe(html)  # every piece of text above is escaped
 
 
 def _model_name(value: str) -> str:
@@ -32,7 +44,7 @@ def _model_name(value: str) -> str:
 
 
 class RegisterLocalForm(forms.Form):
-    name = forms.CharField(max_length=100, help_text="What API clients pass as `model`.")
+    name = forms.CharField(max_length=100, help_text=help_html("What API clients pass as `model`."))
     path = forms.CharField(
         max_length=1000,
         help_text="A model folder or .gguf file under an allowed root (relative: from the first root).",
@@ -194,12 +206,14 @@ class _OnOffField(forms.TypedChoiceField):
 
 
 class TuningForm(forms.ModelForm[EngineSettings]):
-    enforce_eager = _OnOffField(label=TUNING_LABELS["enforce_eager"], help_text=TUNING_HELP["enforce_eager"])
+    enforce_eager = _OnOffField(
+        label=TUNING_LABELS["enforce_eager"], help_text=help_html(TUNING_HELP["enforce_eager"])
+    )
 
     class Meta:
         model = EngineSettings
         fields = list(TUNING_HELP)
-        help_texts = TUNING_HELP
+        help_texts = {name: help_html(text) for name, text in TUNING_HELP.items()}
         labels = TUNING_LABELS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -265,23 +279,9 @@ def _in_range(value: float | None, allowed: Range[Any]) -> float | None:
     return value
 
 
-class UserCreateForm(forms.Form):
-    username = forms.CharField(max_length=150)
-    password = forms.CharField(widget=forms.PasswordInput, help_text="Checked by the password validators.")
-    is_staff = forms.BooleanField(required=False, label="Admin (console access)")
-
-
-class LimitsForm(forms.Form):
-    requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: no limit.")
-    tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: no limit.")
-    max_concurrent_requests = forms.IntegerField(required=False, min_value=1, help_text="Concurrent streams.")
-
-
-class KeyCreateForm(forms.Form):
-    name = forms.CharField(max_length=100, required=False)
-
-
 class RequestFilterForm(forms.Form):
+    # Which door a request came in by: the chat or the API.
+    source = forms.ChoiceField(required=False, choices=[("", "any"), *RequestLog.Source.choices])
     # The id an error message quotes ("request id ..."): pasted here, it finds that request's row.
     request_id = forms.CharField(required=False, max_length=128, label="Request id")
     user = forms.CharField(required=False)

@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,15 @@ class ProcessJob:
     @property
     def is_active(self) -> bool:
         return self.state == "running"
+
+    # Aware datetimes for the jobs page (its <time datetime> and the date filter's local time).
+    @property
+    def started(self) -> datetime:
+        return datetime.fromtimestamp(self.started_at, tz=UTC)
+
+    @property
+    def finished(self) -> datetime | None:
+        return None if self.finished_at is None else datetime.fromtimestamp(self.finished_at, tz=UTC)
 
 
 class ProcessJobs:

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 from webapp.accounts.models import ApiKey
 from webapp.accounts.services import api_key_create, api_key_revoke, api_key_set_limits
 from webapp.console.audit import audit_record
-from webapp.console.forms import KeyCreateForm, LimitsForm
+from webapp.console.user_forms import KeyCreateForm, LimitsForm
 from webapp.console.views.access import staff_required
 from webapp.console.views.users import render_user_page
 

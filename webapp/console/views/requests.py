@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from webapp.api.models import RequestLog
 from webapp.console.forms import RequestFilterForm
 from webapp.console.selectors import RequestFilters, request_log_page
 from webapp.console.views.access import staff_required
 from webapp.core.engine_settings import engine_settings_get
 
 
-class RequestLogFilterForm(RequestFilterForm):
-    """The log's filters plus which door a request came in by (the chat or the API)."""
-
-    source = forms.ChoiceField(required=False, choices=[("", "any"), *RequestLog.Source.choices])
-
-    field_order = ["source"]
-
-
-def _filters(form: RequestLogFilterForm) -> RequestFilters:
+def _filters(form: RequestFilterForm) -> RequestFilters:
     # A field that does not validate is left out (and its error shown), the others still apply: a typo in
     # one box must not hide the log or throw away the rest of a shared URL's filters.
     form.is_valid()
@@ -33,7 +23,7 @@ def _filters(form: RequestLogFilterForm) -> RequestFilters:
 @staff_required
 @require_GET
 def requests_page(request: HttpRequest) -> HttpResponse:
-    form = RequestLogFilterForm(request.GET or None)
+    form = RequestFilterForm(request.GET or None)
     page = request_log_page(_filters(form), request.GET.get("page"))
     htmx = request.htmx  # type: ignore[attr-defined]
     # A history restore (Back after filtering) needs the whole page, not the rows.

@@ -14,7 +14,7 @@ from webapp.accounts.selectors import api_key_list, usage_daily_for_key, usage_d
 from webapp.accounts.services import user_limits_set
 from webapp.console import users as user_services
 from webapp.console.audit import audit_record
-from webapp.console.forms import KeyCreateForm, LimitsForm, UserCreateForm
+from webapp.console.user_forms import KeyCreateForm, LimitsForm, UserCreateForm
 from webapp.console.selectors import users_list
 from webapp.console.views.access import staff_required
 

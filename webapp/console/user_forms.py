@@ -1,0 +1,35 @@
+"""Console forms for people: creating users, their limits and their API keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth.password_validation import password_validators_help_texts
+
+
+class UserCreateForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    password = forms.CharField(widget=forms.PasswordInput)
+    is_staff = forms.BooleanField(required=False, label="Admin (console access)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The rules themselves, from AUTH_PASSWORD_VALIDATORS (read per form: settings can change).
+        self.fields["password"].help_text = password_rules()
+
+
+def password_rules() -> str:
+    """The configured password validators' rules in users' words ("at least 8 characters", ...)."""
+    rules = password_validators_help_texts()
+    return " ".join(str(rule) for rule in rules) if rules else "Any password is accepted."
+
+
+class LimitsForm(forms.Form):
+    requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: no limit.")
+    tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: no limit.")
+    max_concurrent_requests = forms.IntegerField(required=False, min_value=1, help_text="Concurrent streams.")
+
+
+class KeyCreateForm(forms.Form):
+    name = forms.CharField(max_length=100, required=False)
