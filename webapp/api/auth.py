@@ -13,6 +13,7 @@ from webapp.accounts.selectors import api_key_get_active, api_key_limits, defaul
 from webapp.accounts.services import api_key_touch
 from webapp.core.errors import AuthenticationFailed
 from webapp.core.limits import Bucket, Limits
+from webapp.core.model_access import ANONYMOUS, Viewer, viewer_for_user
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,7 @@ class Caller:
     api_key: ApiKey | None
     user_id: int | None
     limit_checks: list[tuple[Bucket, Limits]]
+    viewer: Viewer = ANONYMOUS  # whose access to models applies: the key's user's
 
     @property
     def api_key_id(self) -> int | None:
@@ -47,7 +49,9 @@ def _resolve(token: str | None) -> Caller:
                 "Invalid API key." if token else "Missing API key (Authorization: Bearer ...)."
             )
         # With auth off, SDKs still send some placeholder key: treat any unknown key as anonymous.
-        return Caller(api_key=None, user_id=None, limit_checks=[("anonymous", default_limits())])
+        return Caller(
+            api_key=None, user_id=None, limit_checks=[("anonymous", default_limits())], viewer=ANONYMOUS
+        )
     api_key_touch(api_key=api_key)
     return Caller(
         api_key=api_key,
@@ -56,6 +60,7 @@ def _resolve(token: str | None) -> Caller:
             (("key", api_key.pk), api_key_limits(api_key=api_key)),
             (("user", api_key.user_id), user_limits(user_id=api_key.user_id)),
         ],
+        viewer=viewer_for_user(user_id=api_key.user_id),
     )
 
 

@@ -73,16 +73,16 @@ async def completions(request: HttpRequest, payload: CompletionRequest) -> HttpR
 
 @router.get("/v1/models", response={200: ModelList, **ERRORS}, tags=["models"], summary="List models")
 async def list_models(request: HttpRequest) -> ModelList:
-    await authenticate(request)
-    return ModelList(data=await asyncio.to_thread(model_cards))
+    caller = await authenticate(request)
+    return ModelList(data=await asyncio.to_thread(model_cards, caller.viewer))
 
 
 @router.get(
     "/v1/models/{model_id}", response={200: ModelCard, **ERRORS}, tags=["models"], summary="Retrieve a model"
 )
 async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
-    await authenticate(request)
-    card = await asyncio.to_thread(model_card, model_id)
+    caller = await authenticate(request)
+    card = await asyncio.to_thread(model_card, model_id, caller.viewer)
     if card is None:
         raise NotFound(f"The model {model_id!r} does not exist.", param="model", code="model_not_found")
     return card

@@ -26,6 +26,7 @@ from webapp.chat.models import Conversation
 from webapp.core.errors import MODEL_RETRY_AFTER_S, InvalidRequest, MooncakeError, Unavailable
 from webapp.core.generation import GenerationRequest, GenerationRun, Prepared
 from webapp.core.limits import Limits
+from webapp.core.model_access import viewer_for_user
 from webapp.core.prompts import check_prompt, render_chat
 from webapp.core.runtime import get_runtime
 
@@ -57,6 +58,7 @@ async def admit_send(
     """Admit the send (the user's limits and the chat's cap), then template and check the prompt."""
     user_id = conversation.user_id
     own = await database_sync_to_async(user_limits)(user_id=user_id)
+    viewer = await database_sync_to_async(viewer_for_user)(user_id=user_id)
     record = _new_record()
     record.model = conversation.model
     record.prompt_text = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
@@ -84,6 +86,7 @@ async def admit_send(
             (("chat", user_id), Limits(requests_per_minute=rate_limit_per_minute)),
         ],
         prepare=prepare,
+        viewer=viewer,
     )
     try:
         run = await get_runtime().generation.prepare(request)

@@ -13,12 +13,15 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from inference.api import EngineClient, RequestOutput, SamplingParams
 from webapp.core.errors import from_engine_error
 from webapp.core.limits import Admission, Bucket, Limiter, Limits
 from webapp.core.streams import Generation, merged, new_request_id, start_all
+
+if TYPE_CHECKING:
+    from webapp.core.model_access import Viewer
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +48,8 @@ class GenerationRequest(Generic[Job]):
     prepare: Callable[[EngineClient], Awaitable[Job]]
     sequences: int = 1  # prompts x n: what the concurrency limit counts
     deadline: float | None = None  # loop time at which generation is cut off (None: never)
+    # Whose access to models applies (webapp.core.model_access); None only for the server's own work.
+    viewer: Viewer | None = None
 
 
 @dataclass(slots=True)
@@ -141,10 +146,15 @@ def usage_of(generations: list[Generation], started: float) -> Usage:
 
 class GenerationService:
     def __init__(
-        self, *, limiter: Limiter, engine_for: Callable[[str | None], Awaitable[EngineClient]]
+        self,
+        *,
+        limiter: Limiter,
+        engine_for: Callable[[str | None], Awaitable[EngineClient]],
+        check_access: Callable[[Viewer, str | None], None] | None = None,
     ) -> None:
         self.limiter = limiter
         self._engine_for = engine_for
+        self._check_access = check_access
 
     @contextlib.asynccontextmanager
     async def admitted(
@@ -157,8 +167,11 @@ class GenerationService:
         finally:
             await _call(self.limiter, self.limiter.release, admission)
 
-    async def engine(self, model: str | None) -> EngineClient:
-        """The loaded engine for `model` (None: the default), errors in the hierarchy."""
+    async def engine(self, model: str | None, viewer: Viewer | None = None) -> EngineClient:
+        """The loaded engine for `model` (None: the default), errors in the hierarchy; a model `viewer`
+        may not use is as unknown as a model that does not exist."""
+        if viewer is not None and self._check_access is not None:
+            await asyncio.to_thread(self._check_access, viewer, model)
         try:
             return await self._engine_for(model)
         except Exception as exc:
@@ -171,7 +184,7 @@ class GenerationService:
         """
         run = await self._admit(request)
         try:
-            run.engine = await self.engine(request.model)
+            run.engine = await self.engine(request.model, request.viewer)
             run.job = await request.prepare(run.engine)
         except BaseException:
             await asyncio.shield(run.close())
@@ -182,7 +195,7 @@ class GenerationService:
         """prepare() and submit() in one, the run closed if either fails."""
         run = await self._admit(request)
         try:
-            run.engine = engine = await self.engine(request.model)
+            run.engine = engine = await self.engine(request.model, request.viewer)
             # Announced until submitted: an idle engine lets a burst of requests gather into one first
             # step rather than prefilling whichever got through preparation first on its own.
             with engine.expect():

@@ -3,6 +3,7 @@ admin edits in the console (registered models, engine tuning), which the API and
 
 from __future__ import annotations
 
+from django.contrib.auth.models import Group
 from django.db import models
 
 from inference.api import ATTENTION_BACKENDS, DTYPES, QUANTIZATIONS
@@ -59,6 +60,8 @@ class ModelRegistration(models.Model):
     desired_state = models.CharField(max_length=16, choices=Desired.choices, default="", blank=True)
     state_revision = models.PositiveIntegerField(default=0)
     is_default = models.BooleanField(default=False)
+    # Who may use it: none, everyone; else members of these groups (and staff). Others get a 404.
+    allowed_groups = models.ManyToManyField(Group, blank=True, related_name="models")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

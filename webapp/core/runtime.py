@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 
@@ -24,6 +24,9 @@ from inference.api import EngineClient, ModelManagerClient
 from webapp.core.generation import GenerationService
 from webapp.core.jobs import ProcessJobs
 from webapp.core.limits import Limiter, RateLimiter
+
+if TYPE_CHECKING:
+    from webapp.core.model_access import Viewer
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +93,9 @@ class Runtime:
         self.threads: list[threading.Thread] = []
         self.limiter = make_limiter()
         self.jobs = ProcessJobs()
-        self.generation = GenerationService(limiter=self.limiter, engine_for=self.get_engine)
+        self.generation = GenerationService(
+            limiter=self.limiter, engine_for=self.get_engine, check_access=self.check_model_access
+        )
         # "An account exists", cached once true: the first-run redirect stops checking the database.
         self.setup_done = False
 
@@ -111,6 +116,12 @@ class Runtime:
         """Use `manager` (tests install fakes); None forgets the current one without shutting it down."""
         with self._lock:
             self._manager = manager
+
+    def check_model_access(self, viewer: Viewer, model: str | None) -> None:
+        """NotFound unless `viewer` may use `model` (blocking: reads the model's allowed groups)."""
+        from webapp.core.model_access import ensure_may_use  # models: only once Django's apps are ready
+
+        ensure_may_use(viewer, self.manager(), model)
 
     async def get_engine(self, model: str | None = None) -> EngineClient:
         """The loaded engine for `model` (None = default); raises UnknownModelError / NoModelLoadedError."""

@@ -23,6 +23,7 @@ from webapp.core.hub_models import (
     hub_engine_factory,
     parse_hub_id,
 )
+from webapp.core.model_access import ANONYMOUS
 from webapp.core.model_list import name_from_source
 from webapp.core.runtime import get_runtime
 
@@ -192,7 +193,7 @@ def test_health_and_models_show_the_download(client: Client, db: None) -> None:
         download = {"bytes_done": 2_000_000, "bytes_total": 8_000_000}
         expected = {"name": "hubbed", "state": "downloading", "error": None, "download": download}
         assert body["models"] == [expected]
-        (card,) = model_cards()  # what /v1/models lists
+        (card,) = model_cards(ANONYMOUS)  # what /v1/models lists
         assert card.state == "downloading" and card.download == download
     finally:
         get_runtime().install_manager(previous)

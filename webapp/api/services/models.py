@@ -7,6 +7,7 @@ import time
 from inference.api import EngineClient, ModelInfo, ModelManagerClient
 from webapp.api.schemas.models import ModelCard
 from webapp.core.health import download_progress
+from webapp.core.model_access import Viewer, visible
 from webapp.core.runtime import get_runtime
 
 # OpenAI's `created` is a creation timestamp; registered models have none, so the server's start stands in.
@@ -39,15 +40,16 @@ def model_name(engine: EngineClient, requested: str | None) -> str:
     return default or engine.model_name or "default"
 
 
-def model_cards() -> list[ModelCard]:
+def model_cards(viewer: Viewer) -> list[ModelCard]:
+    """Cards of the models `viewer` may use (blocking)."""
     manager = get_runtime().manager()
-    return [_card(info, manager) for info in manager.list()]
+    return [_card(info, manager) for info in visible(viewer, manager.list())]
 
 
-def model_card(model_id: str) -> ModelCard | None:
-    """The card for a name or alias; None when no model answers to it."""
+def model_card(model_id: str, viewer: Viewer) -> ModelCard | None:
+    """The card for a name or alias; None when no model answers to it or `viewer` may not use it."""
     manager = get_runtime().manager()
-    for info in manager.list():
+    for info in visible(viewer, manager.list()):
         if model_id == info.name or model_id in info.aliases:
             return _card(info, manager)
     return None

@@ -111,6 +111,7 @@ async def start_generation(
         prepare=prepare_job,
         sequences=sequences,
         deadline=asyncio.get_running_loop().time() + request_timeout_s(),
+        viewer=caller.viewer,
     )
     try:
         run = await get_runtime().generation.start(request)

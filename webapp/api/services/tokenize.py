@@ -20,7 +20,7 @@ from webapp.core.runtime import get_runtime
 async def tokenize(caller: Caller, payload: TokenizeRequest) -> TokenizeResponse:
     service = get_runtime().generation
     async with service.admitted(caller.limit_checks, sequences=0):
-        engine = await service.engine(payload.model)
+        engine = await service.engine(payload.model, caller.viewer)
         tokens = await asyncio.to_thread(_tokens, engine, payload)
     return TokenizeResponse(count=len(tokens), max_model_len=int(engine.max_model_len), tokens=tokens)
 
@@ -36,7 +36,7 @@ def _tokens(engine: EngineClient, payload: TokenizeRequest) -> list[int]:
 async def detokenize(caller: Caller, payload: DetokenizeRequest) -> DetokenizeResponse:
     service = get_runtime().generation
     async with service.admitted(caller.limit_checks, sequences=0):
-        engine = await service.engine(payload.model)
+        engine = await service.engine(payload.model, caller.viewer)
         vocab = vocab_size(engine)
         bad = next((t for t in payload.tokens if not 0 <= t < vocab), None)
         if bad is not None:
