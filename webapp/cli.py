@@ -130,6 +130,15 @@ def _secure_for_bind(host: str) -> None:
         print(f"mooncake: {host} is reachable from other machines: DEBUG off, API keys required", flush=True)
 
 
+def worker_command() -> list[str]:
+    """The Celery worker `serve` runs beside the server; on one node it also runs the periodic jobs."""
+    return [
+        sys.executable, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO",
+        "--without-gossip", "--without-mingle", "--hostname", f"mooncake@{socket.gethostname()}",
+        "--beat",  # request-log pruning (settings.CELERY_BEAT_SCHEDULE)
+    ]  # fmt: skip
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     _select_settings(args.config, args.settings)
     from webapp.core.config import resolve_settings
@@ -154,10 +163,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "server": [sys.executable, "-m", "webapp.core.server", "--host", host, "--port", str(port)],
     }
     if not args.no_worker:
-        commands["worker"] = [
-            sys.executable, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO",
-            "--without-gossip", "--without-mingle", "--hostname", f"mooncake@{socket.gethostname()}",
-        ]  # fmt: skip
+        commands["worker"] = worker_command()
     supervisor = Supervisor(commands, stop_timeout=lambda: _drain_timeout() + STOP_GRACE_SECONDS)
     signal.signal(signal.SIGINT, supervisor.on_signal)
     signal.signal(signal.SIGTERM, supervisor.on_signal)

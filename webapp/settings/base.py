@@ -195,6 +195,14 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 2)
 # Workers never load models (CUDA and forked pools do not mix); threads suit their I/O jobs.
 CELERY_WORKER_POOL = env_str("CELERY_WORKER_POOL", "threads")
+# Periodic jobs (the worker runs beat: `mooncake serve` and the compose worker start it with --beat).
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
+    "prune-request-log": {"task": "api.prune_request_log", "schedule": 3600.0},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(CELERY_DIR / "beat-schedule")
+# Days of request-log detail kept; older rows are deleted hourly. Their tokens stay in the daily usage
+# (written as each request finishes), which the usage page and quotas read.
+MOONCAKE_REQUEST_LOG_DAYS = env_int("MOONCAKE_REQUEST_LOG_DAYS", 30)
 
 PROMETHEUS_EXPORT_MIGRATIONS = False
 
