@@ -6,6 +6,8 @@ from django.views.generic import RedirectView
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/chat/", permanent=False), name="home"),
+    # Ahead of core: its /login/ (with sign-up, SSO and the throttle's message) replaces core's plain one.
+    path("", include("webapp.accounts.urls")),
     path("", include("webapp.core.urls")),
     path("admin/", admin.site.urls),
     path("", include("django_prometheus.urls")),

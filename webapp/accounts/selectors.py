@@ -1,4 +1,4 @@
-"""Reads for API keys, limits and usage."""
+"""Reads for API keys, limits and usage; sign-up policy, pending accounts and why a login is refused."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet, Sum
 
 from webapp.accounts.keys import hash_secret
-from webapp.accounts.models import ApiKey, DailyUsage, UserApiLimits
+from webapp.accounts.models import AccountStatus, ApiKey, DailyUsage, SignupSettings, UserApiLimits
 from webapp.core.limits import Limits
 
 
@@ -112,3 +112,48 @@ def usage_daily_all(*, since: dt.date | None = None) -> QuerySet[DailyUsage]:
     """Every (day, user, key) row, for the console's usage table."""
     rows = DailyUsage.objects.select_related("user", "api_key")
     return rows.filter(date__gte=since) if since else rows
+
+
+# ---- sign-up, approval and login refusals
+
+PENDING_MESSAGE = "Your account is waiting for approval by an administrator. Try again once it is approved."
+REJECTED_MESSAGE = "Your request for an account was declined. Ask an administrator if this is a mistake."
+INACTIVE_MESSAGE = "This account is deactivated. Ask an administrator to reactivate it."
+
+
+def signup_settings_get() -> SignupSettings:
+    """The sign-up policy; the defaults (sign-up off, no domains) until an admin saves the page."""
+    return SignupSettings.objects.filter(pk=1).first() or SignupSettings(pk=1)
+
+
+def email_domain(email: str) -> str:
+    return email.rpartition("@")[2].strip().lower() if "@" in email else ""
+
+
+def auto_approves(*, email: str) -> bool:
+    """Whether an account asked for with this email is approved without waiting for an admin."""
+    domain = email_domain(email)
+    return bool(domain) and domain in signup_settings_get().domains
+
+
+def pending_accounts() -> QuerySet[AccountStatus]:
+    return AccountStatus.objects.select_related("user").filter(
+        state=AccountStatus.State.PENDING, user__is_active=False
+    )
+
+
+def pending_account_get(*, pk: int) -> AccountStatus | None:
+    """A pending request by its user id (None when it is not pending, so it cannot be decided twice)."""
+    return pending_accounts().filter(user_id=pk).first()
+
+
+def login_refusal(*, user: User) -> str | None:
+    """What to tell the owner of an inactive account who gave the right password; None if it may log in."""
+    if user.is_active:
+        return None
+    status = AccountStatus.objects.filter(user=user).first()
+    if status is not None and status.state == AccountStatus.State.PENDING:
+        return PENDING_MESSAGE
+    if status is not None and status.state == AccountStatus.State.REJECTED:
+        return REJECTED_MESSAGE
+    return INACTIVE_MESSAGE

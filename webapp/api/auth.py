@@ -8,8 +8,9 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest
 
+from webapp.accounts.limits import admission_checks
 from webapp.accounts.models import ApiKey
-from webapp.accounts.selectors import api_key_get_active, api_key_limits, default_limits, user_limits
+from webapp.accounts.selectors import api_key_get_active, default_limits
 from webapp.accounts.services import api_key_touch
 from webapp.core.errors import AuthenticationFailed
 from webapp.core.limits import Bucket, Limits
@@ -56,10 +57,7 @@ def _resolve(token: str | None) -> Caller:
     return Caller(
         api_key=api_key,
         user_id=api_key.user_id,
-        limit_checks=[
-            (("key", api_key.pk), api_key_limits(api_key=api_key)),
-            (("user", api_key.user_id), user_limits(user_id=api_key.user_id)),
-        ],
+        limit_checks=admission_checks(user_id=api_key.user_id, api_key=api_key),
         viewer=viewer_for_user(user_id=api_key.user_id),
     )
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from channels.db import database_sync_to_async
 
 from inference.api import EngineClient, SamplingParams
-from webapp.accounts.selectors import user_limits
+from webapp.accounts.limits import admission_checks
 from webapp.api.models import RequestLog
 from webapp.api.services.models import model_name
 from webapp.api.services.usage import RequestRecord, request_record_save
@@ -57,7 +57,6 @@ async def admit_send(
 ) -> GenerationRun[ChatJob]:
     """Admit the send (the user's limits and the chat's cap), then template and check the prompt."""
     user_id = conversation.user_id
-    own = await database_sync_to_async(user_limits)(user_id=user_id)
     viewer = await database_sync_to_async(viewer_for_user)(user_id=user_id)
     record = _new_record()
     record.model = conversation.model
@@ -81,14 +80,15 @@ async def admit_send(
     request = GenerationRequest(
         endpoint=ENDPOINT,
         model=conversation.model or None,
-        limit_checks=[
-            (("user", user_id), own),
-            (("chat", user_id), Limits(requests_per_minute=rate_limit_per_minute)),
-        ],
+        limit_checks=[(("chat", user_id), Limits(requests_per_minute=rate_limit_per_minute))],
         prepare=prepare,
         viewer=viewer,
     )
     try:
+        # The user's own limits and their groups' (webapp.accounts.limits), as an API key's user gets;
+        # a used-up daily quota refuses the send here, logged like any refusal.
+        own = await database_sync_to_async(admission_checks)(user_id=user_id)
+        request.limit_checks = [*own, *request.limit_checks]
         run = await get_runtime().generation.prepare(request)
     except BaseException as exc:
         error = await _refusal(exc, conversation.model)

@@ -1,7 +1,18 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from webapp.console.views import dashboard, jobs, keys, models, requests, tuning, users
+from webapp.console.views import (
+    accounts,
+    dashboard,
+    groups,
+    jobs,
+    keys,
+    models,
+    requests,
+    tuning,
+    usage,
+    users,
+)
 
 app_name = "console"
 
@@ -28,6 +39,20 @@ urlpatterns = [
     path("users/<int:pk>/keys/", keys.key_create, name="key-create"),
     path("keys/<int:pk>/revoke/", keys.key_revoke, name="key-revoke"),
     path("keys/<int:pk>/limits/", keys.key_limits, name="key-limits"),
+    path("usage/", usage.usage_page, name="usage"),
+    path("groups/", groups.groups_page, name="groups"),
+    path("groups/<int:pk>/", groups.group_page, name="group"),
+    path("groups/<int:pk>/rename/", groups.group_rename, name="group-rename"),
+    path("groups/<int:pk>/delete/", groups.group_delete, name="group-delete"),
+    path("groups/<int:pk>/policy/", groups.group_policy, name="group-policy"),
+    path("groups/<int:pk>/members/", groups.member_add, name="group-member-add"),
+    path("groups/<int:pk>/members/<int:user_pk>/remove/", groups.member_remove, name="group-member-remove"),
+    path("registrations/<int:pk>/access/", models.model_access, name="model-access"),
+    path("accounts/", accounts.accounts_page, name="accounts"),
+    path("accounts/signup/", accounts.signup_settings, name="signup-settings"),
+    path("accounts/<int:pk>/approve/", accounts.account_approve_view, name="account-approve"),
+    path("accounts/<int:pk>/reject/", accounts.account_reject_view, name="account-reject"),
+    path("accounts/unlock/", accounts.lock_release_view, name="lock-release"),
     path("jobs/", jobs.jobs_page, name="jobs"),
     path("audit/", jobs.audit_page, name="audit"),
 ]

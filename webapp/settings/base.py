@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import socket
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "django_prometheus",
+    "axes",
     "webapp.core",
     "webapp.accounts",
     "webapp.chat",
@@ -102,6 +104,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "webapp.core.middleware.first_run_setup_middleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
+    # Turns a throttled login (webapp.accounts.throttle) into the login page's lockout message.
+    "axes.middleware.AxesMiddleware",
     "webapp.core.csp.csp_middleware",
 ]
 # API paths (webapp.core.api_asgi): bearer keys instead of sessions, so no session, auth, CSRF or messages;
@@ -147,6 +151,48 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "core:login"
+# The throttle first (it refuses locked accounts and addresses), then passwords, then single sign-on.
+AUTHENTICATION_BACKENDS = [
+    "webapp.accounts.throttle.ThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+    "webapp.accounts.oidc.SsoBackend",
+]
+
+# ---- Login throttling (django-axes): a username, or an address, that fails this many times in a row is
+# locked for the cool-off time; admins see and lift locks on the console's Sign-ups & locks page.
+AXES_FAILURE_LIMIT = env_int("MOONCAKE_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=env_int("MOONCAKE_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Off: axes would wipe every failure from the address, so logging in to one's own account would reset the
+# count against someone else's; failures age out after the cool-off instead.
+AXES_RESET_ON_SUCCESS = False
+AXES_LOCKOUT_CALLABLE = "webapp.accounts.views.locked_out"
+AXES_CLIENT_IP_CALLABLE = "webapp.accounts.throttle.client_ip"
+# Reverse proxies in front of Daphne that append to X-Forwarded-For (the shipped nginx is one): the
+# client's address is that many entries from the right; 0 trusts no header.
+MOONCAKE_PROXY_COUNT = env_int("MOONCAKE_PROXY_COUNT", 0)
+
+# ---- Single sign-on with OpenID Connect (webapp/accounts/oidc.py): on when issuer and client id are set.
+# Endpoints come from the issuer's /.well-known/openid-configuration unless given explicitly.
+MOONCAKE_OIDC_ISSUER = env_str("MOONCAKE_OIDC_ISSUER", "").strip().rstrip("/")
+OIDC_RP_CLIENT_ID = env_str("MOONCAKE_OIDC_CLIENT_ID", "").strip()
+OIDC_RP_CLIENT_SECRET = env_str("MOONCAKE_OIDC_CLIENT_SECRET", "")
+# Email domains whose people may sign in with SSO (empty: any); sign-up's own list decides approval.
+MOONCAKE_OIDC_ALLOWED_DOMAINS: list[str] = [d.lower() for d in env_list("MOONCAKE_OIDC_ALLOWED_DOMAINS", [])]
+# The ID token / userinfo claim listing the user's groups (empty: groups are not synchronised).
+MOONCAKE_OIDC_GROUPS_CLAIM = env_str("MOONCAKE_OIDC_GROUPS_CLAIM", "").strip()
+MOONCAKE_OIDC_PROVIDER_NAME = env_str("MOONCAKE_OIDC_PROVIDER_NAME", "single sign-on").strip()
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("MOONCAKE_OIDC_AUTHORIZATION_ENDPOINT", "").strip()
+OIDC_OP_TOKEN_ENDPOINT = env_str("MOONCAKE_OIDC_TOKEN_ENDPOINT", "").strip()
+OIDC_OP_JWKS_ENDPOINT = env_str("MOONCAKE_OIDC_JWKS_URI", "").strip()
+OIDC_OP_USER_ENDPOINT = env_str("MOONCAKE_OIDC_USERINFO_ENDPOINT", "").strip()
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_RP_SCOPES = "openid email profile"
+OIDC_USE_NONCE = True
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATION_CALLBACK_URL = "accounts:oidc-callback"
+LOGIN_REDIRECT_URL_FAILURE = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "core:login"
 
@@ -203,6 +249,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(CELERY_DIR / "beat-schedule")
 # Days of request-log detail kept; older rows are deleted hourly. Their tokens stay in the daily usage
 # (written as each request finishes), which the usage page and quotas read.
 MOONCAKE_REQUEST_LOG_DAYS = env_int("MOONCAKE_REQUEST_LOG_DAYS", 30)
+# Tokens (prompt + generated) a user may use per UTC day unless the console sets their own; 0: no quota.
+MOONCAKE_DAILY_TOKEN_QUOTA = env_int("MOONCAKE_DAILY_TOKEN_QUOTA", 0)
 
 PROMETHEUS_EXPORT_MIGRATIONS = False
 

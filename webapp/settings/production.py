@@ -28,6 +28,11 @@ SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# nginx appends the client's address to X-Forwarded-For: the login throttle counts per client, not per nginx.
+MOONCAKE_PROXY_COUNT = env_int("MOONCAKE_PROXY_COUNT", 1)
+# Sign-up, approval and SSO (README, "Accounts"): MOONCAKE_OIDC_ISSUER, _CLIENT_ID, _CLIENT_SECRET,
+# _ALLOWED_DOMAINS, _GROUPS_CLAIM (and explicit endpoints) are read in base; the secret only from the
+# environment. MOONCAKE_LOGIN_FAILURE_LIMIT / _LOCKOUT_MINUTES tune the login throttle.
 CSRF_TRUSTED_ORIGINS = env_list(
     "CSRF_TRUSTED_ORIGINS", [f"https://{h}" for h in ALLOWED_HOSTS if "*" not in h]
 )

@@ -37,7 +37,17 @@ async def _reply(chat: Conversation) -> Message:
 
 
 async def _usage(user: User) -> DailyUsage:
-    return await DailyUsage.objects.aget(user=user, api_key__isnull=True)
+    """The user's key-less totals for the day, summed over the models and sources they were split by."""
+    rows = [row async for row in DailyUsage.objects.filter(user=user, api_key__isnull=True)]
+    assert rows and {row.source for row in rows} == {"chat"}
+    return DailyUsage(
+        date=rows[0].date,
+        user=user,
+        requests=sum(r.requests for r in rows),
+        errors=sum(r.errors for r in rows),
+        prompt_tokens=sum(r.prompt_tokens for r in rows),
+        completion_tokens=sum(r.completion_tokens for r in rows),
+    )
 
 
 async def test_finished_reply_is_logged_and_counted(

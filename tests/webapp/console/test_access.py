@@ -11,7 +11,7 @@ from django.urls import URLPattern, reverse
 
 from webapp.console.urls import urlpatterns
 
-KWARGS = {"name": "base", "pk": 1, "field": "active"}
+KWARGS = {"name": "base", "pk": 1, "field": "active", "user_pk": 1}
 NAMES = [p.name for p in urlpatterns if isinstance(p, URLPattern) and p.name]
 # Views that change state; everything else is a page or a poll.
 POST_NAMES = [
@@ -28,6 +28,8 @@ POST_NAMES = [
         "user",
         "jobs",
         "audit",
+        "group",
+        "usage",
     }
 ]
 
@@ -93,7 +95,19 @@ def test_post_with_a_csrf_token_passes(staff: User, manager: Any) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["models", "models-table", "tuning", "dashboard", "dashboard-data", "requests", "users", "jobs", "audit"],
+    [
+        "models",
+        "models-table",
+        "tuning",
+        "dashboard",
+        "dashboard-data",
+        "requests",
+        "users",
+        "jobs",
+        "audit",
+        "groups",
+        "usage",
+    ],
 )
 def test_staff_can_open_every_page(name: str, staff_client: Client, manager: Any) -> None:
     response = staff_client.get(url_for(name))

@@ -81,6 +81,8 @@ def _write(user_id: int | None, api_key_id: int | None, record: RequestRecord) -
             prompt_tokens=record.prompt_tokens,
             completion_tokens=record.completion_tokens,
             error=record.status_code >= 400,
+            model=_storable(record.model),
+            source=record.source,
         )
 
 

@@ -12,6 +12,8 @@ from django.views.decorators.http import require_GET, require_POST
 from webapp.console import lifecycle, registry
 from webapp.console.audit import audit_record
 from webapp.console.forms import ModelDefaultsForm, RegisterHubForm, RegisterLocalForm
+from webapp.console.organisation_forms import ModelAccessForm
+from webapp.console.groups import model_access_set
 from webapp.console.hf_import import HubImportError, hf_import_start
 from webapp.console.paths import allowed_roots
 from webapp.console.selectors import model_rows
@@ -25,7 +27,20 @@ def _table_context(*, error: str = "", notice: str = "") -> dict[str, Any]:
     forms = {
         r.registration.pk: ModelDefaultsForm.for_registration(r.registration) for r in rows if r.registration
     }
-    return {"rows": rows, "defaults_forms": forms, "error": error, "notice": notice}
+    access = {
+        r.registration.pk: ModelAccessForm(
+            initial={"groups": list(r.registration.allowed_groups.all())}, prefix=f"access{r.registration.pk}"
+        )
+        for r in rows
+        if r.registration
+    }
+    return {
+        "rows": rows,
+        "defaults_forms": forms,
+        "access_forms": access,
+        "error": error,
+        "notice": notice,
+    }
 
 
 def _table(request: HttpRequest, *, error: str = "", notice: str = "") -> HttpResponse:
@@ -168,3 +183,21 @@ def model_defaults(request: HttpRequest, pk: int) -> HttpResponse:
             return _done(request, error=str(exc))
         return _done(request, notice=f"Saved; {row.name} restarts to apply them.")
     return _done(request, notice=f"Saved {row.name}'s defaults.")
+
+
+@staff_required
+@require_POST
+def model_access(request: HttpRequest, pk: int) -> HttpResponse:
+    row = get_object_or_404(ModelRegistration, pk=pk)
+    form = ModelAccessForm(request.POST, prefix=f"access{row.pk}")
+    if not form.is_valid():
+        return _done(request, error=f"{row.name}: choose groups from the list.")
+    groups = list(form.cleaned_data["groups"])
+    before = model_access_set(registration=row, groups=groups)
+    after = sorted(group.name for group in groups)
+    audit_record(
+        actor=request.user, action="model.access", target=row.name,
+        before={"groups": before}, after={"groups": after},
+    )  # fmt: skip
+    whom = f"members of {', '.join(after)} (and admins)" if after else "every user"
+    return _done(request, notice=f"{row.name} is now for {whom}.")

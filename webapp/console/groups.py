@@ -1,0 +1,87 @@
+"""Groups: who belongs to them, what their members may use together, and which models they open.
+
+A group's policy (accounts.GroupPolicy) holds limits on top of each member's own and a daily token quota
+over all of them; ModelRegistration.allowed_groups says which restricted models its members may use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+
+from webapp.accounts.models import GroupPolicy
+from webapp.core.model_access import restrictions_changed
+from webapp.core.models import ModelRegistration
+
+POLICY_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "daily_token_quota")
+
+
+class GroupActionError(ValueError):
+    """The change is refused, with a message for the admin."""
+
+
+def _check_name(name: str, *, except_pk: int | None = None) -> str:
+    name = name.strip()
+    if not name:
+        raise GroupActionError("A group needs a name.")
+    clash = Group.objects.filter(name__iexact=name).exclude(pk=except_pk)
+    if clash.exists():
+        raise GroupActionError(f"A group named {name!r} already exists.")
+    return name
+
+
+def group_create(*, name: str, description: str = "") -> Group:
+    with transaction.atomic():
+        group = Group.objects.create(name=_check_name(name))
+        GroupPolicy.objects.create(group=group, description=description.strip())
+    return group
+
+
+def group_rename(*, group: Group, name: str) -> Group:
+    group.name = _check_name(name, except_pk=group.pk)
+    group.save(update_fields=["name"])
+    return group
+
+
+def group_delete(*, group: Group) -> None:
+    group.delete()  # its policy and its model grants go with it (cascade)
+    restrictions_changed()
+
+
+def member_add(*, group: Group, username: str) -> User:
+    user = User.objects.filter(username__iexact=username.strip()).first()
+    if user is None:
+        raise GroupActionError(f"No user is named {username.strip()!r}.")
+    if group.user_set.filter(pk=user.pk).exists():
+        raise GroupActionError(f"{user.username} is already in {group.name}.")
+    group.user_set.add(user)
+    return user
+
+
+def member_remove(*, group: Group, user: User) -> None:
+    group.user_set.remove(user)
+
+
+def policy_of(group: Group) -> GroupPolicy:
+    return GroupPolicy.objects.get_or_create(group=group)[0]
+
+
+def policy_set(*, group: Group, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Set the group's limits and quota (None: none); returns the values before and after."""
+    policy = policy_of(group)
+    before = {name: getattr(policy, name) for name in (*POLICY_FIELDS, "description")}
+    for name in (*POLICY_FIELDS, "description"):
+        if name in values:
+            setattr(policy, name, values[name])
+    policy.save()
+    return before, {name: getattr(policy, name) for name in (*POLICY_FIELDS, "description")}
+
+
+def model_access_set(*, registration: ModelRegistration, groups: list[Group]) -> list[str]:
+    """Restrict the model to `groups` (none: everyone may use it); returns the names before."""
+    before = sorted(registration.allowed_groups.values_list("name", flat=True))
+    registration.allowed_groups.set(groups)
+    restrictions_changed()
+    return before
