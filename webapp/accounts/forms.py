@@ -8,15 +8,20 @@ from typing import Any
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import User
-from django.contrib.auth.password_validation import validate_password
+from django.contrib.auth.password_validation import password_validators_help_texts, validate_password
 from django.core.exceptions import ValidationError
 
 from webapp.accounts.selectors import login_refusal
-from webapp.console.user_forms import password_rules
 
 # A domain name as people type it: labels of letters, digits and hyphens, at least one dot.
 DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 MAX_DOMAINS = 200
+
+
+def password_rules() -> str:
+    """The configured password validators' rules in users' words ("at least 8 characters", ...)."""
+    rules = password_validators_help_texts()
+    return " ".join(str(rule) for rule in rules) if rules else "Any password is accepted."
 
 
 class LoginForm(AuthenticationForm):

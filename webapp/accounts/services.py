@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from webapp.accounts.events import account_event
 from webapp.accounts.keys import display_prefix, generate_secret, hash_secret
 from webapp.accounts.models import (
     AccountStatus,
@@ -22,7 +23,6 @@ from webapp.accounts.models import (
     UserApiLimits,
 )
 from webapp.accounts.selectors import auto_approves, email_domain, signup_settings_get
-from webapp.console.audit import audit_record
 from webapp.core.errors import AuthenticationFailed, PermissionDenied
 
 # Writing last_used_at on every request would turn each API call into a write; a minute is precise enough.
@@ -173,7 +173,7 @@ def signup_settings_set(*, actor: User, enabled: bool, domains: list[str]) -> Si
     row.enabled = enabled
     row.auto_approve_domains = "\n".join(dict.fromkeys(d.lower() for d in domains))
     row.save()
-    audit_record(
+    account_event(
         actor=actor, action="signup.settings", target="sign-up",
         before=before, after={"enabled": row.enabled, "auto_approve_domains": row.domains},
     )  # fmt: skip
@@ -198,7 +198,7 @@ def user_sign_up(*, username: str, email: str, password: str) -> tuple[User, Acc
         raise PermissionDenied("Sign-up is turned off.")
     user = User.objects.create_user(username, email=email, password=password)
     status = _request_account(user=user, source=AccountStatus.Source.SIGNUP, email=email)
-    audit_record(
+    account_event(
         actor=None, action="account.signup", target=username, after={"email": email, "state": status.state}
     )
     return user, status
@@ -211,7 +211,7 @@ def _decide(*, actor: User, status: AccountStatus, approve: bool) -> AccountStat
     status.save(update_fields=["state", "decided_at", "decided_by"])
     status.user.is_active = approve
     status.user.save(update_fields=["is_active"])
-    audit_record(
+    account_event(
         actor=actor, action="account.approve" if approve else "account.reject", target=status.user.username,
         before={"state": AccountStatus.State.PENDING}, after={"state": status.state, "source": status.source},
     )  # fmt: skip
@@ -269,7 +269,7 @@ def sso_user_sign_in(
         verified_email = email if claims.get("email_verified") is not False else ""
         status = _request_account(user=user, source=AccountStatus.Source.SSO, email=verified_email)
         identity = SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject)
-        audit_record(
+        account_event(
             actor=None, action="account.sso_create", target=user.username,
             after={"issuer": issuer, "email": email, "state": status.state},
         )  # fmt: skip

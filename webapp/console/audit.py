@@ -19,3 +19,9 @@ def audit_record(
 ) -> AuditLog:
     user = actor if isinstance(actor, User) else None
     return AuditLog.objects.create(actor=user, action=action, target=target, before=before, after=after)
+
+
+def record_account_event(sender: object, **event: Any) -> None:
+    """webapp.accounts.events.account_changed, kept in the audit log."""
+    event.pop("signal", None)
+    audit_record(**event)

@@ -77,3 +77,19 @@ class UsageFilterForm(forms.Form):
             if (end - start).days >= MAX_RANGE_DAYS:
                 raise forms.ValidationError(f"Choose a range of at most {MAX_RANGE_DAYS} days.")
         return data
+
+
+class SiteSettingsForm(forms.Form):
+    default_system_prompt = forms.CharField(
+        required=False,
+        max_length=20_000,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="New chats start with it, unless the user set a default of their own in their settings.",
+    )
+    banner_text = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Banner",
+        help_text="Shown atop every page to every signed-in user until they dismiss it. Empty: none.",
+    )
+    banner_level = forms.ChoiceField(choices=[("info", "information"), ("warning", "warning")], label="Kind")

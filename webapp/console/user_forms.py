@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib.auth.password_validation import password_validators_help_texts
+
+from webapp.accounts.forms import password_rules
 
 
 class UserCreateForm(forms.Form):
@@ -17,12 +18,6 @@ class UserCreateForm(forms.Form):
         super().__init__(*args, **kwargs)
         # The rules themselves, from AUTH_PASSWORD_VALIDATORS (read per form: settings can change).
         self.fields["password"].help_text = password_rules()
-
-
-def password_rules() -> str:
-    """The configured password validators' rules in users' words ("at least 8 characters", ...)."""
-    rules = password_validators_help_texts()
-    return " ".join(str(rule) for rule in rules) if rules else "Any password is accepted."
 
 
 class LimitsForm(forms.Form):

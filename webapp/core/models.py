@@ -102,3 +102,24 @@ class EngineSettings(models.Model):
 
     def __str__(self) -> str:
         return "engine settings"
+
+
+class SiteSettings(models.Model):
+    """Site-wide settings an admin edits on the console's Site page: one row (pk 1)."""
+
+    class BannerLevel(models.TextChoices):
+        INFO = "info", "information"
+        WARNING = "warning", "warning"
+
+    SINGLETON = 1
+
+    # New chats start with it unless the user set their own default system prompt.
+    default_system_prompt = models.TextField(blank=True, max_length=20_000)
+    banner_text = models.CharField(max_length=500, blank=True)
+    banner_level = models.CharField(max_length=8, choices=BannerLevel.choices, default=BannerLevel.INFO)
+    # Raised whenever the banner changes, so a banner dismissed before shows again once it says something new.
+    banner_revision = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return "site settings"

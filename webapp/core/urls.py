@@ -12,6 +12,7 @@ urlpatterns = [
     # Ahead of django_prometheus.urls' own "metrics" route (webapp/urls.py), which it shadows.
     path("metrics", metrics, name="metrics"),
     path("setup/", views.setup, name="setup"),
+    path("banner/dismiss/", views.banner_dismiss, name="banner-dismiss"),
     path(
         "login/",
         auth_views.LoginView.as_view(template_name="core/login.html", redirect_authenticated_user=True),

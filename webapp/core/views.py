@@ -5,14 +5,16 @@ from __future__ import annotations
 from django.contrib.auth import login
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.forms import FirstAdminForm
 from webapp.core.health import default_engine_readiness
 from webapp.core.selectors import users_exist
 from webapp.core.services import SetupAlreadyDoneError, first_admin_create
 from webapp.core.setup_access import log_setup_link, setup_allowed
+from webapp.core.site import BANNER_COOKIE
 from webapp.core.version import app_version
 
 
@@ -50,3 +52,19 @@ def setup(request: HttpRequest) -> HttpResponse:
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         return redirect("/")
     return render(request, "core/setup.html", {"form": form, "token": token})
+
+
+@require_POST
+def banner_dismiss(request: HttpRequest) -> HttpResponse:
+    """Hide the site's banner in this browser until it says something new (its revision changes)."""
+    revision = request.POST.get("revision", "")
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=False):
+        target = "/"
+    response = redirect(target)
+    if revision.isdigit() and len(revision) < 12:
+        response.set_cookie(
+            BANNER_COOKIE, revision, max_age=365 * 24 * 3600, samesite="Lax", httponly=True,
+            secure=request.is_secure(),
+        )  # fmt: skip
+    return response

@@ -58,7 +58,7 @@ def test_the_periodic_job_uses_the_setting_and_is_scheduled(settings: Any) -> No
 
 
 def test_serve_starts_its_worker_with_beat() -> None:
-    from webapp.cli import worker_command
+    from webapp.processes import worker_command
 
     command = worker_command()
     assert command[command.index("-A") + 1 : command.index("-A") + 3] == ["webapp", "worker"]
