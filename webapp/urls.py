@@ -14,4 +14,5 @@ urlpatterns = [
     path("chat/", include("webapp.chat.urls")),
     path("", include("webapp.api.urls")),
     path("console/", include("webapp.console.urls")),
+    path("", include("webapp.preferences.urls")),
 ]

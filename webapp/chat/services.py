@@ -31,7 +31,10 @@ def provisional_title(text: str) -> str:
 
 
 def conversation_create(*, user: User, title: str = "New chat") -> Conversation:
-    defaults = chat_defaults()
+    # The user's own defaults (their settings page, webapp.preferences) go over the server's.
+    from webapp.preferences.selectors import defaults_for
+
+    defaults = defaults_for(user=user, base=chat_defaults())
     return Conversation.objects.create(
         user=user,
         title=title[:MAX_TITLE_CHARS],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.core.exceptions import SynchronousOnlyOperation
 from django.http import HttpRequest
 
 from webapp.core.models import SiteSettings
@@ -50,9 +51,13 @@ class Banner:
 
 def banner_for(request: HttpRequest) -> Banner | None:
     """The banner to show on this page: for signed-in users, unless this browser dismissed this revision."""
-    if not request.user.is_authenticated:
+    user = getattr(request, "user", None)  # requests that skipped the middleware (static files) have none
+    try:
+        if user is None or not user.is_authenticated:
+            return None
+        row = SiteSettings.objects.filter(pk=SiteSettings.SINGLETON).first()
+    except SynchronousOnlyOperation:  # a page rendered inside the event loop: no banner rather than a 500
         return None
-    row = SiteSettings.objects.filter(pk=SiteSettings.SINGLETON).first()
     if row is None or not row.banner_text:
         return None
     if request.COOKIES.get(BANNER_COOKIE) == str(row.banner_revision):

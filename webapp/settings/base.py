@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "webapp.chat",
     "webapp.api",
     "webapp.console",
+    "webapp.preferences",
 ]
 
 MIDDLEWARE = [

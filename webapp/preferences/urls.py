@@ -1,0 +1,15 @@
+from django.urls import path
+
+from webapp.preferences import views
+
+app_name = "preferences"
+
+urlpatterns = [
+    path("settings/", views.settings_page, name="settings"),
+    path("settings/defaults/", views.defaults_save, name="defaults"),
+    path("settings/defaults/reset/", views.defaults_reset, name="defaults-reset"),
+    path("prompts/", views.prompt_create, name="prompt-create"),
+    path("prompts/library.json", views.prompt_library, name="prompt-library"),
+    path("prompts/<int:prompt_id>/edit/", views.prompt_edit, name="prompt-edit"),
+    path("prompts/<int:prompt_id>/delete/", views.prompt_delete, name="prompt-delete"),
+]
