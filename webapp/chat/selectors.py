@@ -15,6 +15,7 @@ from webapp.chat.leases import reply_is_live
 from webapp.chat.models import Conversation, Message
 from webapp.core.runtime import get_runtime
 from webapp.core.selectors import model_defaults
+from webapp.core.site import site_settings
 
 PAGE_SIZE = 30
 
@@ -37,8 +38,12 @@ class ModelChoice:
 
 
 def chat_defaults() -> ChatDefaults:
-    """Built-in defaults, then settings.MOONCAKE_CHAT_DEFAULTS, then what an admin set in the console."""
+    """Built-in defaults, then settings.MOONCAKE_CHAT_DEFAULTS, then what an admin set in the console (the
+    site's default system prompt, then the default model's own defaults)."""
     values: dict[str, Any] = dict(getattr(settings, "MOONCAKE_CHAT_DEFAULTS", {}) or {})
+    site_prompt = site_settings().default_system_prompt
+    if site_prompt:
+        values["system_prompt"] = site_prompt
     values.update(_console_defaults(values.get("model") or default_model_name()))
     known = {k: v for k, v in values.items() if k in ChatDefaults.__dataclass_fields__}
     return ChatDefaults(**known)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import User
 
 from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 from webapp.preferences.models import MAX_BODY_CHARS, MAX_TITLE_CHARS
@@ -26,9 +27,13 @@ class DefaultsForm(forms.Form):
         required=False, min_value=CHAT_REPLY_TOKENS.low, max_value=CHAT_REPLY_TOKENS.high
     )
 
+    def __init__(self, *args: Any, user: User | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user  # whose access to models decides which ones are known
+
     def clean_model(self) -> str:
         model: str = self.cleaned_data["model"].strip()
-        known = {option.name for option in model_options()}
+        known = {option.name for option in model_options(user=self.user)}
         if model and known and model not in known:
             raise forms.ValidationError("Unknown model: choose one from the list.")
         return model

@@ -11,6 +11,7 @@ from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 from django.http import Http404
 
 from webapp.core.errors import PermissionDenied
+from webapp.core.model_access import viewer_for_user, visible
 from webapp.core.runtime import get_runtime
 from webapp.core.selectors import model_defaults
 from webapp.preferences.models import SavedPrompt, UserDefaults
@@ -60,12 +61,15 @@ def defaults_for(*, user: User, base: Defaults) -> Defaults:
     return dataclasses.replace(base, **{k: v for k, v in values.items() if k in names})
 
 
-def model_options() -> list[ModelOption]:
-    """Models the server knows, for the default-model choice; empty when the engine is unavailable."""
+def model_options(*, user: User | None = None) -> list[ModelOption]:
+    """Models the server knows (those `user` may use, when given), for the default-model choice; empty when
+    the engine is unavailable."""
     try:
         infos = get_runtime().manager().list()
     except Exception:  # The settings page must render even when the engine failed to start.
         return []
+    if user is not None:  # a model restricted to other groups is not named to this user
+        infos = visible(viewer_for_user(user_id=user.pk), infos)
     return [ModelOption(name=info.name, state=str(info.state)) for info in infos]
 
 

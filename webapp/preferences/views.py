@@ -16,6 +16,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from webapp.accounts.quotas import quota_lines
+from webapp.accounts.selectors import usage_daily_for_user
 from webapp.core.errors import MooncakeError
 from webapp.preferences import selectors, services
 from webapp.preferences.forms import DefaultsForm, PromptForm
@@ -51,7 +53,7 @@ def _settings_page(
     status: int = 200,
 ) -> HttpResponse:
     user = _user(request)
-    models = selectors.model_options()
+    models = selectors.model_options(user=user)
     prompts = [(p, selectors.can_edit(user=user, prompt=p)) for p in selectors.visible_prompts(user=user)]
     context = {
         "defaults_form": defaults_form,
@@ -67,6 +69,8 @@ def _settings_page(
         "max_prompts": MAX_PROMPTS_PER_USER,
         "max_title": MAX_TITLE_CHARS,
         "max_body": MAX_BODY_CHARS,
+        "quotas": quota_lines(user_id=user.pk),
+        "usage": usage_daily_for_user(user=user)[:14],
     }
     return render(request, "preferences/settings.html", context, status=status)
 
@@ -85,7 +89,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def defaults_save(request: HttpRequest) -> HttpResponse:
-    form = DefaultsForm(request.POST)
+    form = DefaultsForm(request.POST, user=_user(request))
     if form.is_valid():
         try:
             services.defaults_update(user=_user(request), **form.cleaned_data)

@@ -79,3 +79,17 @@ def test_bad_input_is_refused_inline(admin_client: Client) -> None:
     body = response.content.decode()
     assert "at most 500 characters" in body and "Select a valid choice" in body
     assert SiteSettings.objects.filter(banner_text__startswith="x").count() == 0
+
+
+def test_new_chats_start_with_the_site_prompt_unless_the_user_has_their_own(admin_client: Client) -> None:
+    from webapp.chat.services import conversation_create
+    from webapp.preferences.services import defaults_update
+
+    _save(admin_client, "", prompt="You are the ACME assistant.")
+    plain = User.objects.create_user("plain")
+    assert conversation_create(user=plain).system_prompt == "You are the ACME assistant."
+    own = User.objects.create_user("own")
+    defaults_update(
+        user=own, model="", system_prompt="Be terse.", temperature=None, top_p=None, max_tokens=None
+    )
+    assert conversation_create(user=own).system_prompt == "Be terse."
