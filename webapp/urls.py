@@ -12,6 +12,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("django_prometheus.urls")),
     path("chat/", include("webapp.chat.urls")),
+    path("documents/", include("webapp.documents.urls")),
     path("", include("webapp.api.urls")),
     path("console/", include("webapp.console.urls")),
     path("", include("webapp.preferences.urls")),

@@ -23,6 +23,7 @@ from webapp.api.services.models import model_name
 from webapp.api.services.usage import RequestRecord, request_record_save
 from webapp.chat import selectors, services
 from webapp.chat.models import Conversation
+from webapp.core.chat_context import extend_chat_prompt
 from webapp.core.errors import MODEL_RETRY_AFTER_S, InvalidRequest, MooncakeError, Unavailable
 from webapp.core.generation import GenerationRequest, GenerationRun, Prepared
 from webapp.core.limits import Limits
@@ -65,7 +66,9 @@ async def admit_send(
     async def prepare(engine: EngineClient) -> ChatJob:
         record.model = model_name(engine, conversation.model or None)
         # Templating and tokenizing a long history is CPU work: keep it off the event loop.
-        ids = await asyncio.to_thread(render_chat, engine, messages)
+        # Other apps' context (the chat's documents: webapp.documents) joins the messages first.
+        prompt = await extend_chat_prompt(conversation=conversation, messages=messages, engine=engine)
+        ids = await asyncio.to_thread(render_chat, engine, prompt)
         remaining = check_prompt(engine, ids, max_tokens=None, param="messages")
         try:
             params = SamplingParams(

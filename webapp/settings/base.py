@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "webapp.api",
     "webapp.console",
     "webapp.preferences",
+    "webapp.documents",
 ]
 
 MIDDLEWARE = [
@@ -252,6 +253,16 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(CELERY_DIR / "beat-schedule")
 MOONCAKE_REQUEST_LOG_DAYS = env_int("MOONCAKE_REQUEST_LOG_DAYS", 30)
 # Tokens (prompt + generated) a user may use per UTC day unless the console sets their own; 0: no quota.
 MOONCAKE_DAILY_TOKEN_QUOTA = env_int("MOONCAKE_DAILY_TOKEN_QUOTA", 0)
+
+# ---- Documents in chats (webapp.documents): what one upload may hold, and how much of a prompt they fill.
+# Bytes stay under MOONCAKE_MAX_REQUEST_BYTES (webapp.core.body_limits), so the upload view answers them.
+MOONCAKE_DOCUMENTS_MAX_BYTES = env_int("MOONCAKE_DOCUMENTS_MAX_BYTES", 5 * 1024 * 1024)
+MOONCAKE_DOCUMENTS_MAX_PAGES = env_int("MOONCAKE_DOCUMENTS_MAX_PAGES", 300)
+MOONCAKE_DOCUMENTS_MAX_CHARS = env_int("MOONCAKE_DOCUMENTS_MAX_CHARS", 1_000_000)
+MOONCAKE_DOCUMENTS_PER_CHAT = env_int("MOONCAKE_DOCUMENTS_PER_CHAT", 20)
+MOONCAKE_DOCUMENTS_CHUNK_CHARS = env_int("MOONCAKE_DOCUMENTS_CHUNK_CHARS", 1200)
+# The most prompt tokens documents may take in one reply (less when the model's context is smaller).
+MOONCAKE_DOCUMENTS_CONTEXT_TOKENS = env_int("MOONCAKE_DOCUMENTS_CONTEXT_TOKENS", 6000)
 
 PROMETHEUS_EXPORT_MIGRATIONS = False
 

@@ -1,0 +1,180 @@
+"""Writes: uploads, extraction (run once by the Celery task), collections and attachments."""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from pathlib import PurePath
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+
+from webapp.chat.models import Conversation
+from webapp.core.errors import Conflict, InvalidRequest, PayloadTooLarge
+from webapp.documents.chunking import chunk_sections
+from webapp.documents.extraction import ExtractionError, extract
+from webapp.documents.models import Attachment, Collection, Document, DocumentChunk
+from webapp.documents.sniffing import kind_for
+
+logger = logging.getLogger(__name__)
+
+UNEXPECTED = "Something went wrong while reading this file; try uploading it again."
+
+
+def clean_name(name: str) -> str:
+    """The file's own name, without folders or control characters, at most 255 characters."""
+    base = PurePath(name.replace("\\", "/")).name
+    base = "".join(ch for ch in base if unicodedata.category(ch)[0] != "C").strip()
+    if len(base) > 255:
+        stem, dot, ext = base.rpartition(".")
+        base = f"{stem[: 254 - len(ext)]}.{ext}" if dot and len(ext) < 16 else base[:255]
+    return base or "document.txt"
+
+
+def check_size(size: int) -> None:
+    limit = settings.MOONCAKE_DOCUMENTS_MAX_BYTES
+    if size > limit:
+        raise PayloadTooLarge(
+            f"The file is {size / 1048576:.1f} MiB; files up to {limit / 1048576:.1f} MiB can be attached.",
+            code="file_too_large",
+        )
+
+
+def document_upload(
+    *,
+    owner: User,
+    name: str,
+    data: bytes,
+    conversation: Conversation | None = None,
+    collection: Collection | None = None,
+) -> Document:
+    """Store the file in the chat or collection and queue its extraction."""
+    if (conversation is None) == (collection is None):
+        raise InvalidRequest("A document goes into one chat or one collection.", code="invalid")
+    home_owner = conversation.user_id if conversation is not None else collection.owner_id  # type: ignore[union-attr]
+    if home_owner != owner.pk:
+        raise InvalidRequest("That chat or collection is not yours.", code="invalid")
+    name = clean_name(name)
+    check_size(len(data))
+    if not data:
+        raise InvalidRequest(f"{name} is empty.", code="empty_file")
+    kind = kind_for(name, data[:4096])
+    with transaction.atomic():
+        if conversation is not None:
+            Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
+            most = settings.MOONCAKE_DOCUMENTS_PER_CHAT
+            if Document.objects.filter(conversation=conversation).count() >= most:
+                raise Conflict(
+                    f"A chat holds at most {most} documents; remove one first.",
+                    code="too_many_documents",
+                )
+        document = Document.objects.create(
+            owner=owner,
+            conversation=conversation,
+            collection=collection,
+            name=name,
+            kind=kind,
+            size_bytes=len(data),
+            data=data,
+        )
+    _enqueue(document)
+    return document
+
+
+def _enqueue(document: Document) -> None:
+    from webapp.documents.tasks import extract_document
+
+    try:
+        extract_document.delay(document.pk)
+    except Exception as exc:
+        logger.exception("Queuing the extraction of document %s failed", document.pk)
+        _fail(document.pk, f"Could not queue this file for reading (is the task queue running?): {exc}")
+    document.refresh_from_db(fields=["state", "error", "progress_done", "progress_total"])
+
+
+def _fail(document_id: int, reason: str) -> None:
+    Document.objects.filter(pk=document_id).update(state=Document.State.FAILED, error=reason)
+
+
+def document_extract(*, document_id: int) -> str:
+    """Extract and chunk the document once; its row shows the progress and the outcome."""
+    document = Document.objects.filter(pk=document_id).first()
+    if document is None:
+        return "deleted"
+    if document.state in (Document.State.READY, Document.State.FAILED):
+        return document.state  # extracted once: a redelivered task does nothing
+
+    def progress(done: int, total: int) -> None:
+        Document.objects.filter(pk=document_id).update(
+            state=Document.State.EXTRACTING, progress_done=done, progress_total=total
+        )
+
+    try:
+        sections = extract(
+            kind=document.kind, name=document.name, data=bytes(document.data), progress=progress
+        )
+        chunks = chunk_sections(sections, size=settings.MOONCAKE_DOCUMENTS_CHUNK_CHARS)
+        pages = max((s.page for s in sections if s.page is not None), default=None)
+        with transaction.atomic():
+            if not Document.objects.select_for_update().filter(pk=document_id).exists():
+                return "deleted"
+            DocumentChunk.objects.filter(document_id=document_id).delete()
+            DocumentChunk.objects.bulk_create(
+                DocumentChunk(document_id=document_id, index=i, text=c.text, page=c.page, heading=c.heading)
+                for i, c in enumerate(chunks)
+            )
+            Document.objects.filter(pk=document_id).update(
+                state=Document.State.READY,
+                error="",
+                page_count=pages,
+                char_count=sum(len(c.text) for c in chunks),
+            )
+    except ExtractionError as exc:
+        _fail(document_id, str(exc))
+        return "failed"
+    except Exception:
+        logger.exception("Extracting document %s failed", document_id)
+        _fail(document_id, UNEXPECTED)
+        return "failed"
+    return "ready"
+
+
+def document_delete(*, document: Document) -> None:
+    document.delete()
+
+
+def collection_create(*, owner: User, name: str) -> Collection:
+    name = " ".join(name.split())
+    if not name:
+        raise InvalidRequest("Give the collection a name.", param="name")
+    if len(name) > 120:
+        raise InvalidRequest("A collection name has at most 120 characters.", param="name")
+    try:
+        with transaction.atomic():
+            return Collection.objects.create(owner=owner, name=name)
+    except IntegrityError as exc:
+        raise InvalidRequest(f"You already have a collection named {name!r}.", param="name") from exc
+
+
+def collection_delete(*, collection: Collection) -> None:
+    collection.delete()
+
+
+def attach(
+    *, conversation: Conversation, collection: Collection | None = None, document: Document | None = None
+) -> Attachment:
+    """Attach one of the chat owner's collections, or one document of a collection, to the chat."""
+    target_owner = collection.owner_id if collection is not None else document.owner_id if document else None
+    if (collection is None) == (document is None) or target_owner != conversation.user_id:
+        raise InvalidRequest("Attach one of your own collections or documents.", code="invalid")
+    if document is not None and document.collection_id is None:
+        raise InvalidRequest("Only documents kept in a collection can be attached to other chats.")
+    attachment, _ = Attachment.objects.get_or_create(
+        conversation=conversation, collection=collection, document=document
+    )
+    return attachment
+
+
+def detach(*, conversation: Conversation, attachment_id: int) -> None:
+    Attachment.objects.filter(conversation=conversation, pk=attachment_id).delete()
