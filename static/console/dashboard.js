@@ -17,6 +17,27 @@
   };
   const GPU_SERIES = [["gpu_mem_mb", "GPU MiB"], ["gpu_util", "GPU util %"]];
   const plots = {};
+  // The shortest time span a chart shows, in seconds (the samples' t is Unix seconds, as uPlot expects).
+  const MIN_SPAN_S = 60;
+
+  // The figure's content width: the chart fills it and no more, so it shrinks with a phone's screen.
+  function chartWidth(el) {
+    const style = getComputedStyle(el);
+    return Math.max(0, Math.floor(el.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)));
+  }
+
+  // With one sample, uPlot widens the time axis to min + 86400 / ms, a day in its millisecond mode; but the
+  // samples' t is Unix seconds (ms = 1e-3), so that is 1000 days, and the first load drew "Jun 2027 … Jun
+  // 2029". The axis instead spans at least MIN_SPAN_S and ends at the newest sample (or now, before any).
+  function timeRange(u, min, max) {
+    const xs = u.data && u.data[0];
+    if (!xs || !xs.length) {
+      const now = Date.now() / 1000;
+      return [now - MIN_SPAN_S, now];
+    }
+    const end = xs.length === 1 ? xs[0] : max;
+    return [Math.min(min, end - MIN_SPAN_S), end];
+  }
 
   function build(name, series) {
     const el = root.querySelector(`[data-chart="${name}"]`);
@@ -24,12 +45,14 @@
     const axisColour = css().getPropertyValue("--muted").trim();
     const grid = { stroke: css().getPropertyValue("--border").trim(), width: 1 };
     const opts = {
-      width: Math.max(300, el.clientWidth - 16),
+      width: chartWidth(el),
       height: 180,
       series: [{}].concat(series.map(([, label], i) => ({ label, stroke: colours[i % colours.length], width: 2, spanGaps: true }))),
       axes: [{ stroke: axisColour, grid }, { stroke: axisColour, grid, size: 60 }],
-      scales: { x: { time: true } },
+      scales: { x: { time: true, range: timeRange } },
       legend: { live: false },
+      // The time span drawn, for the browser tests: seconds, like the data.
+      hooks: { setScale: [(u, key) => { if (key === "x") { el.dataset.xMin = String(u.scales.x.min); el.dataset.xMax = String(u.scales.x.max); } }] },
     };
     if (name === "process") {
       // MiB and percent on separate axes: the second series gets its own scale on the right.
@@ -142,7 +165,7 @@
     for (const [name, entry] of Object.entries(plots)) {
       if (!entry.plot) continue;
       const el = root.querySelector(`[data-chart="${name}"]`);
-      entry.plot.setSize({ width: Math.max(300, el.clientWidth - 16), height: 180 });
+      entry.plot.setSize({ width: chartWidth(el), height: 180 });
     }
   });
 })();

@@ -25,6 +25,7 @@ PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
   <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
   <title>{title}</title>
   <link rel="stylesheet" href="{assets}swagger-ui.css">
   <link rel="icon" href="{assets}favicon.png" type="image/png">

@@ -22,14 +22,31 @@ def user_create(*, username: str, password: str, is_staff: bool = False) -> User
     return user
 
 
-def _not_self(*, actor: User, user: User, what: str) -> None:
-    if actor.pk == user.pk:
-        raise UserActionError(f"you cannot {what} your own account")
+def toggle_refusal(*, actor: User, user: User, field: str) -> str | None:
+    """Why `actor` may not flip `user`'s "active" or "staff" flag now, or None when they may.
+
+    An admin who deactivated or demoted themselves would lose the console at once, with nobody left to
+    undo it. The services refuse with this reason and the user page hides the buttons by the same rule,
+    so the page never offers what the server refuses.
+    """
+    if actor.pk != user.pk:
+        return None
+    if field == "active" and user.is_active:
+        return "you cannot deactivate your own account"
+    if field == "staff" and user.is_staff:
+        return "you cannot demote your own account"
+    return None
+
+
+def _refuse(*, actor: User, user: User, field: str) -> None:
+    reason = toggle_refusal(actor=actor, user=user, field=field)
+    if reason:
+        raise UserActionError(reason)
 
 
 def user_set_active(*, actor: User, user: User, active: bool) -> User:
     if not active:
-        _not_self(actor=actor, user=user, what="deactivate")
+        _refuse(actor=actor, user=user, field="active")
     user.is_active = active
     user.save(update_fields=["is_active"])
     return user
@@ -37,7 +54,7 @@ def user_set_active(*, actor: User, user: User, active: bool) -> User:
 
 def user_set_staff(*, actor: User, user: User, staff: bool) -> User:
     if not staff:
-        _not_self(actor=actor, user=user, what="demote")
+        _refuse(actor=actor, user=user, field="staff")
     user.is_staff = staff
     user.save(update_fields=["is_staff"])
     return user

@@ -14,8 +14,8 @@ from webapp.accounts.selectors import api_key_list, usage_daily_for_key, usage_d
 from webapp.accounts.services import user_limits_set
 from webapp.console import users as user_services
 from webapp.console.audit import audit_record
-from webapp.console.user_forms import KeyCreateForm, LimitsForm, UserCreateForm
 from webapp.console.selectors import users_list
+from webapp.console.user_forms import KeyCreateForm, LimitsForm, UserCreateForm
 from webapp.console.views.access import staff_required
 
 
@@ -61,8 +61,15 @@ def render_user_page(
     """The user's page; a new secret is shown in this one response and kept nowhere, not even the session."""
     limits = getattr(user, "api_limits", None)
     keys = list(api_key_list(user=user))
+    actor = _actor(request)
     context = {
         "subject": user,
+        # Only the toggles the server would carry out: on one's own page, neither Deactivate nor Remove admin.
+        "can_toggle": {
+            field: user_services.toggle_refusal(actor=actor, user=user, field=field) is None
+            for field in ("active", "staff")
+        },
+        "own_account": actor.pk == user.pk,
         "keys": [
             (key, LimitsForm(initial=_limits(key), prefix=f"k{key.pk}"), usage_daily_for_key(api_key=key)[:7])
             for key in keys

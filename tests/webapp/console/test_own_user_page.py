@@ -1,0 +1,64 @@
+"""An admin's own user page offers only what the server carries out (issue #17, defect 9).
+
+Deactivating or demoting oneself is refused by console.users; the page hides those two buttons on one's own
+page, keeps them on anyone else's, and the server still refuses a hand-made POST.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from webapp.console.models import AuditLog
+from webapp.console.users import toggle_refusal
+
+
+def toggle_url(user: User, field: str) -> str:
+    return reverse("console:user-toggle", args=[user.pk, field])
+
+
+def test_own_page_hides_deactivate_and_remove_admin(staff_client: Client, staff: User) -> None:
+    page = staff_client.get(reverse("console:user", args=[staff.pk])).content.decode()
+    assert toggle_url(staff, "active") not in page and ">Deactivate<" not in page
+    assert toggle_url(staff, "staff") not in page and ">Remove admin<" not in page
+    assert 'id="own-account-note"' in page
+    # Allowed on oneself, so still offered.
+    assert reverse("console:user-password", args=[staff.pk]) in page
+    assert reverse("console:key-create", args=[staff.pk]) in page
+
+
+def test_other_admins_page_keeps_both_buttons(staff_client: Client, staff: User) -> None:
+    other = User.objects.create_user("other-admin", password="other-password-1", is_staff=True)
+    page = staff_client.get(reverse("console:user", args=[other.pk])).content.decode()
+    assert toggle_url(other, "active") in page and ">Deactivate<" in page
+    assert toggle_url(other, "staff") in page and ">Remove admin<" in page
+    assert 'id="own-account-note"' not in page
+
+
+def test_plain_users_page_offers_make_admin(staff_client: Client, plain: User) -> None:
+    page = staff_client.get(reverse("console:user", args=[plain.pk])).content.decode()
+    assert ">Make admin<" in page and ">Deactivate<" in page
+
+
+def test_the_server_still_refuses_a_posted_self_toggle(staff_client: Client, staff: User) -> None:
+    for field in ("active", "staff"):
+        response = staff_client.post(toggle_url(staff, field))
+        assert response.status_code == 302
+        assert response["Location"] == reverse("console:user", args=[staff.pk])
+    staff.refresh_from_db()
+    assert staff.is_active and staff.is_staff
+    assert not AuditLog.objects.exists()
+    # The refusals are told on the page the POST came back to.
+    page = staff_client.get(reverse("console:user", args=[staff.pk])).content.decode()
+    assert "you cannot deactivate your own account" in page
+    assert "you cannot demote your own account" in page
+
+
+def test_refusal_rule() -> None:
+    admin = User(pk=1, is_active=True, is_staff=True)
+    other = User(pk=2, is_active=True, is_staff=True)
+    assert toggle_refusal(actor=admin, user=admin, field="active") == "you cannot deactivate your own account"
+    assert toggle_refusal(actor=admin, user=admin, field="staff") == "you cannot demote your own account"
+    assert toggle_refusal(actor=admin, user=other, field="active") is None
+    assert toggle_refusal(actor=admin, user=other, field="staff") is None
