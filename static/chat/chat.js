@@ -42,9 +42,30 @@
       const stick = nearBottom();
       const node = fragment(ev.html);
       const old = document.getElementById("msg-" + ev.id);
-      if (old) { old.replaceWith(node); } else { list.appendChild(node); }
+      if (old) {
+        old.replaceWith(node);
+      } else {
+        // Something now follows the older messages, so none of them can be continued any more.
+        list.querySelectorAll(".continue-btn").forEach(function (b) { b.remove(); });
+        list.appendChild(node);
+      }
       if (ev.nonce && pending[ev.nonce]) { pending[ev.nonce](); delete pending[ev.nonce]; }
       if (stick) { toBottom(); }
+    } else if (ev.type === "thread") {
+      // Another version was picked or written (here or in another tab): the server sends the whole thread.
+      const top = scroller.scrollTop;
+      list.innerHTML = ev.html;
+      if (ev.nonce !== undefined) { toBottom(); } else { scroller.scrollTop = top; }
+      if (ev.nonce && pending[ev.nonce]) { pending[ev.nonce](); delete pending[ev.nonce]; }
+    } else if (ev.type === "model") {
+      const picker = document.getElementById("model-picker");
+      if (picker && !picker.contains(document.activeElement)) {
+        const node = fragment(ev.html);
+        picker.replaceWith(node);
+        if (window.htmx) { window.htmx.process(node); }
+      }
+      const setting = document.getElementById("set-model");
+      if (setting) { setting.value = ev.model; }  // Saving the settings then keeps the picked model.
     } else if (ev.type === "remove") {
       ev.ids.forEach(function (id) { const n = document.getElementById("msg-" + id); if (n) { n.remove(); } });
     } else if (ev.type === "state") {
@@ -121,7 +142,7 @@
     if (article.querySelector(".edit-box")) { return; }
     const body = article.querySelector(".user-text");
     const box = fragment('<div class="edit-box"><textarea rows="3" aria-label="Edit message"></textarea>' +
-      '<p class="edit-note">Sending deletes every message after this one and writes a new reply.</p>' +
+      '<p class="edit-note">Saving adds a new version of this message with a new reply; the current one stays, a click on \u2039 \u203a away.</p>' +
       '<div class="edit-actions"><button type="button" class="primary edit-send">Save &amp; send</button> ' +
       '<button type="button" class="link-button edit-cancel">Cancel</button></div></div>');
     box.querySelector("textarea").value = body.textContent;
@@ -139,7 +160,11 @@
     } else if (target.classList.contains("copy-msg")) {
       copy(article.querySelector(".msg-raw").value, target);
     } else if (target.classList.contains("regen-btn")) {
-      if (!running) { showError(""); send({ type: "regenerate" }); }
+      if (!running) { showError(""); send({ type: "regenerate", message_id: Number(article.dataset.id) }); }
+    } else if (target.classList.contains("continue-btn")) {
+      if (!running) { showError(""); send({ type: "continue", message_id: Number(article.dataset.id) }); }
+    } else if (target.classList.contains("branch-btn")) {
+      if (!running && target.dataset.target) { showError(""); send({ type: "switch", message_id: Number(target.dataset.target) }); }
     } else if (target.classList.contains("edit-btn")) {
       if (!running) { startEdit(article); }
     } else if (target.classList.contains("edit-cancel")) {

@@ -22,13 +22,13 @@ from webapp.api.models import RequestLog
 from webapp.api.services.models import model_name
 from webapp.api.services.usage import RequestRecord, request_record_save
 from webapp.chat import selectors, services
-from webapp.chat.models import Conversation
+from webapp.chat.models import Conversation, Message
 from webapp.core.chat_context import extend_chat_prompt
 from webapp.core.errors import MODEL_RETRY_AFTER_S, InvalidRequest, MooncakeError, Unavailable
 from webapp.core.generation import GenerationRequest, GenerationRun, Prepared
 from webapp.core.limits import Limits
 from webapp.core.model_access import viewer_for_user
-from webapp.core.prompts import check_prompt, render_chat
+from webapp.core.prompts import check_prompt, render_chat, render_continuation
 from webapp.core.runtime import get_runtime
 
 ENDPOINT = "chat"
@@ -45,6 +45,29 @@ class ChatJob(Prepared):
     record: RequestRecord = field(default_factory=_new_record)
 
 
+@dataclass(frozen=True, slots=True)
+class ReplySettings:
+    """The model and sampling a reply is written with: the chat's, or (for Continue) the reply's own."""
+
+    model: str
+    temperature: float
+    top_p: float
+    max_tokens: int
+
+    @classmethod
+    def of(cls, conversation: Conversation, message: Message | None = None) -> ReplySettings:
+        if message is None:
+            return cls(
+                conversation.model, conversation.temperature, conversation.top_p, conversation.max_tokens
+            )
+        return cls(
+            message.model or conversation.model,
+            conversation.temperature if message.temperature is None else message.temperature,
+            conversation.top_p if message.top_p is None else message.top_p,
+            conversation.max_tokens if message.max_tokens is None else message.max_tokens,
+        )
+
+
 def check_length(content: str) -> None:
     # A character count first: an oversized message must never reach the tokenizer or chat template.
     if len(content) > services.MAX_MESSAGE_CHARS and len(content.strip()) > services.MAX_MESSAGE_CHARS:
@@ -54,27 +77,35 @@ def check_length(content: str) -> None:
 
 
 async def admit_send(
-    conversation: Conversation, rate_limit_per_minute: int, messages: list[dict[str, str]]
+    conversation: Conversation,
+    rate_limit_per_minute: int,
+    messages: list[dict[str, str]],
+    *,
+    settings: ReplySettings | None = None,
+    partial: str | None = None,
 ) -> GenerationRun[ChatJob]:
-    """Admit the send (the user's limits and the chat's cap), then template and check the prompt."""
+    """Admit the send (the user's limits and the chat's cap), then template and check the prompt.
+    `partial`: the text of a reply to continue, which the prompt ends with inside the assistant's turn."""
     user_id = conversation.user_id
+    use = settings or ReplySettings.of(conversation)
     viewer = await database_sync_to_async(viewer_for_user)(user_id=user_id)
     record = _new_record()
-    record.model = conversation.model
+    record.model = use.model
     record.prompt_text = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
 
     async def prepare(engine: EngineClient) -> ChatJob:
-        record.model = model_name(engine, conversation.model or None)
+        record.model = model_name(engine, use.model or None)
         # Templating and tokenizing a long history is CPU work: keep it off the event loop.
         # Other apps' context (the chat's documents: webapp.documents) joins the messages first.
         prompt = await extend_chat_prompt(conversation=conversation, messages=messages, engine=engine)
-        ids = await asyncio.to_thread(render_chat, engine, prompt)
+        if partial is None:
+            ids = await asyncio.to_thread(render_chat, engine, prompt)
+        else:
+            ids = await asyncio.to_thread(render_continuation, engine, prompt, partial)
         remaining = check_prompt(engine, ids, max_tokens=None, param="messages")
         try:
             params = SamplingParams(
-                temperature=conversation.temperature,
-                top_p=conversation.top_p,
-                max_tokens=min(conversation.max_tokens, remaining),
+                temperature=use.temperature, top_p=use.top_p, max_tokens=min(use.max_tokens, remaining)
             )
         except ValueError as exc:
             raise InvalidRequest(f"Check this chat's settings: {exc}", code="invalid") from exc
@@ -82,7 +113,7 @@ async def admit_send(
 
     request = GenerationRequest(
         endpoint=ENDPOINT,
-        model=conversation.model or None,
+        model=use.model or None,
         limit_checks=[(("chat", user_id), Limits(requests_per_minute=rate_limit_per_minute))],
         prepare=prepare,
         viewer=viewer,
@@ -94,7 +125,7 @@ async def admit_send(
         request.limit_checks = [*own, *request.limit_checks]
         run = await get_runtime().generation.prepare(request)
     except BaseException as exc:
-        error = await _refusal(exc, conversation.model)
+        error = await _refusal(exc, use.model)
         record_failure(record, error)
         await asyncio.shield(request_record_save(record=record, user_id=user_id))
         if error is exc:

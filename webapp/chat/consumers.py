@@ -64,7 +64,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         elsewhere = await database_sync_to_async(selectors.streaming_reply)(conversation=conversation)
         if elsewhere is not None:
-            await self.send_json(await database_sync_to_async(events.upsert)(elsewhere))
+            shown = await database_sync_to_async(selectors.with_branch)(elsewhere)
+            await self.send_json(await database_sync_to_async(events.upsert)(shown))
         await self.send_json(events.state(running=elsewhere is not None))
 
     async def disconnect(self, code: int) -> None:
@@ -129,7 +130,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 nonce=nonce,
             )
         elif action == "regenerate":
-            await service.regenerate(conversation=self.conversation)
+            raw = content.get("message_id")
+            await service.regenerate(
+                conversation=self.conversation, message_id=None if raw is None else _int(raw)
+            )
+        elif action == "continue":
+            await service.continue_reply(
+                conversation=self.conversation, message_id=_int(content.get("message_id"))
+            )
+        elif action == "switch":
+            await service.switch(conversation=self.conversation, message_id=_int(content.get("message_id")))
         elif action == "stop":
             await service.stop(self.conversation.pk)
         else:
@@ -160,7 +170,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
 
 def _int(value: Any) -> int:
+    # bool is an int to Python, and a float would be truncated: only whole numbers (or digit strings) pass.
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidRequest("Bad message id.", code="invalid")
     try:
-        return int(value)
-    except (TypeError, ValueError) as exc:
+        number = int(value)
+    except ValueError as exc:
         raise InvalidRequest("Bad message id.", code="invalid") from exc
+    if not 0 < number < 2**63:
+        raise InvalidRequest("Bad message id.", code="invalid")
+    return number

@@ -9,6 +9,7 @@ from django.template.loader import render_to_string
 from django.utils.safestring import mark_safe
 
 from webapp.chat.models import Conversation, Message
+from webapp.chat.selectors import conversation_messages
 
 
 def group_name(conversation_id: int) -> str:
@@ -28,6 +29,20 @@ def upsert(message: Message, *, nonce: str | None = None, body_html: str | None 
     if nonce:
         event["nonce"] = nonce
     return event
+
+
+def thread(chat: Conversation, *, nonce: str | None = None) -> dict[str, Any]:
+    """The whole thread on screen, after a change of branch (a new version, or one picked in any tab)."""
+    html = "".join(message_html(m) for m in conversation_messages(conversation=chat))
+    event: dict[str, Any] = {"type": "thread", "html": html}
+    if nonce:
+        event["nonce"] = nonce
+    return event
+
+
+def model(chat: Conversation, html: str) -> dict[str, Any]:
+    """The header's model picker after the chat's model changed (in any tab)."""
+    return {"type": "model", "model": chat.model, "html": html}
 
 
 def conversation(chat: Conversation) -> dict[str, Any]:

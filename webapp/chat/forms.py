@@ -15,15 +15,10 @@ class RenameForm(forms.Form):
     )
 
 
-class SettingsForm(forms.Form):
-    system_prompt = forms.CharField(
-        required=False, max_length=32_000, widget=forms.Textarea(attrs={"rows": 3})
-    )
+class ModelForm(forms.Form):
+    """The header's model picker: "" (the server's default) or a model the manager knows."""
+
     model = forms.CharField(required=False, max_length=200)
-    temperature = forms.FloatField(min_value=TEMPERATURE.low, max_value=TEMPERATURE.high)
-    # min_value renders the browser's floor; the validator refuses 0 itself (top_p's bound is open).
-    top_p = forms.FloatField(min_value=TOP_P.low, max_value=TOP_P.high, validators=[TOP_P.validator()])
-    max_tokens = forms.IntegerField(min_value=CHAT_REPLY_TOKENS.low, max_value=CHAT_REPLY_TOKENS.high)
 
     def clean_model(self) -> str:
         model: str = self.cleaned_data["model"]
@@ -31,6 +26,16 @@ class SettingsForm(forms.Form):
         if model and known and model not in known:
             raise forms.ValidationError("Unknown model.")
         return model
+
+
+class SettingsForm(ModelForm):
+    system_prompt = forms.CharField(
+        required=False, max_length=32_000, widget=forms.Textarea(attrs={"rows": 3})
+    )
+    temperature = forms.FloatField(min_value=TEMPERATURE.low, max_value=TEMPERATURE.high)
+    # min_value renders the browser's floor; the validator refuses 0 itself (top_p's bound is open).
+    top_p = forms.FloatField(min_value=TOP_P.low, max_value=TOP_P.high, validators=[TOP_P.validator()])
+    max_tokens = forms.IntegerField(min_value=CHAT_REPLY_TOKENS.low, max_value=CHAT_REPLY_TOKENS.high)
 
 
 class ImportForm(forms.Form):

@@ -1,5 +1,9 @@
 """Running chat replies: one asyncio task per reply, independent of any socket.
 
+Over 300 lines: every action that writes a reply (send, edit, regenerate, continue) and branch switching
+share one reservation and one hand-over of the run to the reply's task; kept together so the rules on who
+closes a run stay in one place.
+
 A reply keeps going (and is saved at least every SAVE_INTERVAL_S) when its tab closes; sockets only watch
 it through the chat's Channels group. Only stop() (or deleting the chat) aborts it.
 
@@ -14,25 +18,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 
 from inference.api import EngineClient
 from webapp.chat import errors, events, selectors, services
-from webapp.chat.admission import ChatJob, admit_send, check_length, record_failure
+from webapp.chat.admission import ChatJob, ReplySettings, admit_send, check_length, record_failure
 from webapp.chat.markdown_stream import IncrementalMarkdown
 from webapp.chat.models import Conversation, Message
 from webapp.chat.replicas import ReplyCoordinator
 from webapp.chat.titles import TitleWriter
-from webapp.core.errors import Conflict, InvalidRequest
+from webapp.core.errors import Conflict
 from webapp.core.generation import GenerationRun
 from webapp.core.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SAVE_INTERVAL_S = 0.5
 BROADCAST_INTERVAL_S = 0.05
@@ -56,6 +61,9 @@ class RunningReply:
     started: float = field(default_factory=time.monotonic)
     # Streaming updates re-render only the reply's unfinished last block (whole re-renders are quadratic).
     renderer: IncrementalMarkdown = field(default_factory=IncrementalMarkdown)
+    # Continue: the text and tokens the reply had; the engine's output is appended to them.
+    base_text: str = ""
+    base_tokens: int = 0
 
     @property
     def engine(self) -> EngineClient:
@@ -83,59 +91,70 @@ class ChatReplies:
         return self._running.get(conversation_id)
 
     async def send(self, *, conversation: Conversation, content: str, nonce: str | None = None) -> Message:
-        """Save the user's message, then start the reply; an error leaves nothing saved."""
+        """Save the user's message at the end of the thread on screen, then start the reply; an error leaves
+        nothing saved."""
         check_length(content)
         async with self._reservation(conversation):
-            history = await database_sync_to_async(selectors.prompt_messages)(conversation=conversation)
+            path = await _db(selectors.active_path)(conversation=conversation)
+            history = selectors.prompt_messages(conversation=conversation, path=path)
             run = await admit_send(
                 conversation, self.rate_limit_per_minute, [*history, {"role": "user", "content": content}]
             )
             async with _closed_on_error(run):
-                message = await database_sync_to_async(services.user_message_create)(
-                    conversation=conversation, content=content
-                )
+                message = await _db(_user_message)(conversation, content, path[-1] if path else None)
                 await events.broadcast(
                     conversation.pk, events.upsert(message, nonce=nonce), events.conversation(conversation)
                 )
-                await self._start(conversation, run)
+                await self._start(conversation, run, parent=message)
             return message
 
     async def edit(
         self, *, conversation: Conversation, message_id: int, content: str, nonce: str | None
     ) -> None:
-        """Rewrite a user message, drop everything after it, and answer it again."""
+        """Add a new version of a user message beside the old one, and answer it."""
         check_length(content)
         async with self._reservation(conversation):
-            history = await database_sync_to_async(selectors.prompt_messages)(
-                conversation=conversation, before_id=message_id
+            original = await _db(selectors.message_get)(
+                conversation=conversation, message_id=message_id, role=Message.Role.USER
             )
+            history = await _db(_history_before)(conversation, original)
             run = await admit_send(
                 conversation, self.rate_limit_per_minute, [*history, {"role": "user", "content": content}]
             )
             async with _closed_on_error(run):
-                message, removed = await database_sync_to_async(services.user_message_edit)(
+                message = await _db(services.user_message_edit)(
                     conversation=conversation, message_id=message_id, content=content
                 )
-                await events.broadcast(
-                    conversation.pk, events.remove(removed), events.upsert(message, nonce=nonce)
-                )
-                await self._start(conversation, run)
+                await self._start(conversation, run, parent=message, nonce=nonce or "")
 
-    async def regenerate(self, *, conversation: Conversation) -> None:
-        """Replace the last reply with a new one."""
+    async def regenerate(self, *, conversation: Conversation, message_id: int | None = None) -> None:
+        """A new version of a reply (by default the thread's last), beside the old one; a user message's
+        id answers it with a new reply."""
         async with self._reservation(conversation):
-            last = await conversation.messages.order_by("-id").afirst()
-            if last is None:
-                raise InvalidRequest("There is nothing to regenerate.", code="invalid")
-            before = last.pk if last.role == Message.Role.ASSISTANT else None
-            history = await database_sync_to_async(selectors.prompt_messages)(
-                conversation=conversation, before_id=before
-            )
+            parent = await _db(selectors.regenerate_target)(conversation=conversation, message_id=message_id)
+            history = await _db(selectors.prompt_through)(conversation=conversation, message=parent)
             run = await admit_send(conversation, self.rate_limit_per_minute, history)
             async with _closed_on_error(run):
-                removed = await database_sync_to_async(services.last_reply_remove)(conversation=conversation)
-                await events.broadcast(conversation.pk, events.remove(removed))
-                await self._start(conversation, run)
+                await self._start(conversation, run, parent=parent, nonce="")
+
+    async def continue_reply(self, *, conversation: Conversation, message_id: int) -> None:
+        """Go on writing a reply that stopped at its length limit, into the same message, with the model and
+        sampling settings it was written with."""
+        async with self._reservation(conversation):
+            reply = await _db(selectors.continuable_reply)(conversation=conversation, message_id=message_id)
+            history = await _db(_history_before)(conversation, reply)
+            settings = ReplySettings.of(conversation, reply)
+            run = await admit_send(
+                conversation, self.rate_limit_per_minute, history, settings=settings, partial=reply.content
+            )
+            async with _closed_on_error(run):
+                await self._start(conversation, run, parent=None, reply=reply)
+
+    async def switch(self, *, conversation: Conversation, message_id: int) -> None:
+        """Show another version of a message, in every tab; not while a reply is being written."""
+        async with self._reservation(conversation):
+            await _db(services.branch_select)(conversation=conversation, message_id=message_id)
+            await events.broadcast(conversation.pk, await _db(events.thread)(conversation))
 
     async def stop(self, conversation_id: int) -> bool:
         """Abort the chat's running reply. Here: returns once it is saved as stopped. On another replica:
@@ -183,29 +202,48 @@ class ChatReplies:
         finally:
             self._reserved.discard(conversation.pk)
 
-    async def _start(self, conversation: Conversation, run: GenerationRun[ChatJob]) -> None:
-        """Create the reply and its task; from here the task owns the run (and closes it)."""
-        message = await database_sync_to_async(services.assistant_message_create)(
-            conversation=conversation, model=conversation.model or await _default_name()
-        )
-        reply = RunningReply(conversation.pk, message, run)
-        self._running[conversation.pk] = reply
+    async def _start(
+        self,
+        conversation: Conversation,
+        run: GenerationRun[ChatJob],
+        *,
+        parent: Message | None,
+        reply: Message | None = None,
+        nonce: str | None = None,
+    ) -> None:
+        """Create the reply under `parent` (or reopen `reply`, for Continue) and its task; from here the
+        task owns the run (and closes it). A `nonce` (even "") sends the whole thread: a new version."""
+        assert run.job is not None
+        if reply is None:
+            message = await _db(_reply_message)(conversation, parent, run.job.record.model)
+            base_text, base_tokens = "", 0
+        else:
+            message = await _db(services.reply_reopen)(message=reply)
+            base_text, base_tokens = reply.content, reply.completion_tokens or 0
+        running = RunningReply(conversation.pk, message, run, base_text=base_text, base_tokens=base_tokens)
+        self._running[conversation.pk] = running
         try:
             await self.replicas.started(conversation.pk)
-            await events.broadcast(conversation.pk, events.upsert(message), events.state(running=True))
+            shown = (
+                events.upsert(message)
+                if nonce is None
+                else await _db(events.thread)(conversation, nonce=nonce)
+            )
+            await events.broadcast(conversation.pk, shown, events.state(running=True))
         except BaseException:
             self._running.pop(conversation.pk, None)
             with contextlib.suppress(Exception):
                 await self.replicas.finished(conversation.pk)
             raise
-        reply.task = asyncio.create_task(self._run(reply, conversation))
+        running.task = asyncio.create_task(self._run(running, conversation))
 
     async def _run(self, reply: RunningReply, conversation: Conversation) -> None:
         reply.began = True
         run, message = reply.run, reply.message
         assert run.job is not None
         record = run.job.record
-        message.prompt_tokens = len(run.job.prompts[0])
+        if not (reply.base_text or reply.base_tokens):  # A continued reply keeps its first prompt size.
+            message.prompt_tokens = len(run.job.prompts[0])
         last_save = last_send = time.monotonic()
         try:
             if reply.stop_requested:
@@ -216,8 +254,8 @@ class ChatReplies:
             async with contextlib.aclosing(outputs):
                 async for _, output in outputs:
                     completion = output.outputs[0]
-                    message.content = completion.text
-                    message.completion_tokens = len(completion.token_ids)
+                    message.content = reply.base_text + completion.text
+                    message.completion_tokens = reply.base_tokens + len(completion.token_ids)
                     message.finish_reason = completion.finish_reason or ""
                     now = time.monotonic()
                     if now - last_save >= SAVE_INTERVAL_S:
@@ -253,8 +291,9 @@ class ChatReplies:
         reply.finishing = True  # From here a Stop must not interrupt the final save.
         message = reply.message
         elapsed = time.monotonic() - reply.started
-        if message.completion_tokens and elapsed > 0:
-            message.tokens_per_second = round(message.completion_tokens / elapsed, 2)
+        written = (message.completion_tokens or 0) - reply.base_tokens
+        if written > 0 and elapsed > 0:
+            message.tokens_per_second = round(written / elapsed, 2)
         try:
             await database_sync_to_async(services.assistant_message_save)(message=message)
         except Exception:  # Watchers must still hear that the reply ended.
@@ -282,8 +321,29 @@ async def _closed_on_error(run: GenerationRun[ChatJob]) -> AsyncIterator[None]:
         raise
 
 
-async def _default_name() -> str:
-    return await asyncio.to_thread(selectors.default_model_name)
+def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    return database_sync_to_async(fn)
+
+
+def _history_before(conversation: Conversation, message: Message) -> list[dict[str, str]]:
+    return selectors.prompt_through(conversation=conversation, message=message.parent)
+
+
+def _user_message(conversation: Conversation, content: str, parent: Message | None) -> Message:
+    message = services.user_message_create(conversation=conversation, content=content, parent=parent)
+    return selectors.with_branch(message)
+
+
+def _reply_message(conversation: Conversation, parent: Message | None, model: str) -> Message:
+    message = services.assistant_message_create(
+        conversation=conversation,
+        parent=parent,
+        model=model or conversation.model or selectors.default_model_name(),
+        temperature=conversation.temperature,
+        top_p=conversation.top_p,
+        max_tokens=conversation.max_tokens,
+    )
+    return selectors.with_branch(message)
 
 
 def chat_replies() -> ChatReplies:

@@ -1,9 +1,28 @@
-"""Conversations and their messages, one row per message so partial replies can be saved as they stream."""
+"""Conversations and their messages, one row per message so partial replies can be saved as they stream.
+
+The messages form a tree: regenerating or editing adds a sibling instead of replacing, and each message
+remembers which of its children is shown (the chat's `active_root` for the first level). The chat on
+screen, and the prompt, is the path from the active root down the active children.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """Where a message sits among its siblings (its other versions): "index/count" on screen."""
+
+    index: int = 1
+    count: int = 1
+    prev_id: int | None = None
+    next_id: int | None = None
 
 
 class Conversation(models.Model):
@@ -21,6 +40,10 @@ class Conversation(models.Model):
     # While a reply is generating, the replica running it holds this lease and renews it: every replica
     # reads "a reply is running" from here, and a replica that dies lets it lapse.
     reply_lease_until = models.DateTimeField(null=True, blank=True)
+    # The first message of the branch on screen (None: the newest first message).
+    active_root = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-updated_at", "-id"]
@@ -42,6 +65,13 @@ class Message(models.Model):
         ERROR = "error"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    # The child shown below this message (None: its newest child).
+    active_child = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
@@ -51,10 +81,32 @@ class Message(models.Model):
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
     tokens_per_second = models.FloatField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The sampling settings a reply was written with (None on user messages and older replies).
+    temperature = models.FloatField(null=True, blank=True)
+    top_p = models.FloatField(null=True, blank=True)
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # A default rather than auto_now_add, so an import keeps the exported times.
+    created_at = models.DateTimeField(default=timezone.now)
+
+    # Set by the selectors that read a chat's thread; a bare row is its only version, with no children.
+    branch: Branch = Branch()
+    is_leaf: bool = True
+    new_root: bool = False  # set by the services on a first message (or a new version of one)
 
     class Meta:
         ordering = ["id"]
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:40]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A row created without a parent (a shell script, a fixture, code written before the tree)
+        # continues its chat, as a linear chat's next message would; services mark real roots themselves.
+        if (
+            self._state.adding
+            and self.parent_id is None
+            and not self.new_root
+            and self.conversation_id is not None
+        ):
+            self.parent = Message.objects.filter(conversation_id=self.conversation_id).order_by("-id").first()
+        super().save(*args, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 
 from webapp.chat.leases import reply_is_live
-from webapp.chat.models import Conversation, Message
+from webapp.chat.models import Branch, Conversation, Message
+from webapp.core.errors import InvalidRequest, NotFound
 from webapp.core.runtime import get_runtime
 from webapp.core.selectors import model_defaults
 from webapp.core.site import site_settings
@@ -35,6 +37,15 @@ class ChatDefaults:
 class ModelChoice:
     name: str
     state: str
+
+    @property
+    def state_label(self) -> str:
+        """The picker's word: loaded, loading (or downloading, restarting), failed or not loaded."""
+        if self.state == "loaded":
+            return "loaded"
+        if self.state in ("downloading", "loading", "restarting"):
+            return "loading"
+        return "failed" if self.state == "failed" else "not loaded"
 
 
 def chat_defaults() -> ChatDefaults:
@@ -83,15 +94,87 @@ def conversation_page(*, user: User, query: str = "", page: int = 1) -> Page[Con
 
 
 def conversation_messages(*, conversation: Conversation) -> list[Message]:
-    """The chat in order. A reply still "streaming" while no replica holds the chat's lease lost its
-    generator (its server stopped mid-reply): it reads as interrupted, so the page does not spin forever.
-    One that some replica runs, here or elsewhere, reads as streaming."""
+    """The chat's active thread, in order. A reply still "streaming" while no replica holds the chat's lease
+    lost its generator (its server stopped mid-reply): it reads as interrupted, so the page does not spin
+    forever. One that some replica runs, here or elsewhere, reads as streaming."""
     live = reply_is_live(conversation)
-    messages = list(conversation.messages.order_by("id"))
+    messages = active_path(conversation=conversation)
     for message in messages:
         if message.status == Message.Status.STREAMING and not live:
             message.status, message.finish_reason = Message.Status.STOPPED, "interrupted"
     return messages
+
+
+def _branch(level: list[Message], index: int) -> Branch:
+    return Branch(
+        index=index + 1,
+        count=len(level),
+        prev_id=level[index - 1].pk if index > 0 else None,
+        next_id=level[index + 1].pk if index + 1 < len(level) else None,
+    )
+
+
+def active_path(*, conversation: Conversation) -> list[Message]:
+    """The thread on screen: from the active first message down each one's active child (the newest
+    where none was chosen), each with its position among its versions."""
+    children: dict[int | None, list[Message]] = defaultdict(list)
+    for message in conversation.messages.order_by("id"):
+        children[message.parent_id].append(message)
+    path: list[Message] = []
+    # Read afresh: another tab, or the action that just ran, may have moved it since `conversation` loaded.
+    root = Conversation.objects.filter(pk=conversation.pk).values_list("active_root_id", flat=True).first()
+    chosen, level = root, children[None]
+    while level:
+        index = next((i for i, m in enumerate(level) if m.pk == chosen), len(level) - 1)
+        current = level[index]
+        current.branch = _branch(level, index)
+        current.is_leaf = not children[current.pk]
+        path.append(current)
+        chosen, level = current.active_child_id, children[current.pk]
+    return path
+
+
+def with_branch(message: Message) -> Message:
+    """The message with its position among its versions and whether anything follows it (for one fragment)."""
+    siblings = list(
+        Message.objects.filter(conversation_id=message.conversation_id, parent_id=message.parent_id)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    index = siblings.index(message.pk) if message.pk in siblings else 0
+    message.branch = Branch(
+        index=index + 1,
+        count=max(1, len(siblings)),
+        prev_id=siblings[index - 1] if index > 0 else None,
+        next_id=siblings[index + 1] if index + 1 < len(siblings) else None,
+    )
+    message.is_leaf = not Message.objects.filter(parent_id=message.pk).exists()
+    return message
+
+
+def message_get(*, conversation: Conversation, message_id: int, role: str | None = None) -> Message:
+    """A message of this chat (of `role` when given); NotFound for any other id, someone else's included."""
+    qs = Message.objects.filter(conversation=conversation, pk=message_id)
+    if role is not None:
+        qs = qs.filter(role=role)
+    message = qs.first()
+    if message is None:
+        raise NotFound("That message is not in this chat.", code="not_found")
+    return message
+
+
+def path_to(*, message: Message | None) -> list[Message]:
+    """The message and its ancestors, first message first (empty for None)."""
+    if message is None:
+        return []
+    by_id = {m.pk: m for m in Message.objects.filter(conversation_id=message.conversation_id)}
+    path: list[Message] = []
+    current: Message | None = by_id.get(message.pk, message)
+    while current is not None and len(path) <= len(by_id):
+        path.append(current)
+        current = by_id.get(current.parent_id) if current.parent_id is not None else None
+    path.reverse()
+    return path
 
 
 def streaming_reply(*, conversation: Conversation) -> Message | None:
@@ -107,19 +190,49 @@ def draft_conversation(*, user: User) -> Conversation | None:
     return Conversation.objects.filter(user=user).exclude(has_messages).order_by("-id").first()
 
 
-def prompt_messages(*, conversation: Conversation, before_id: int | None = None) -> list[dict[str, str]]:
-    """The chat as role/content dicts for the model's chat template (failed, empty replies left out)."""
+def prompt_messages(*, conversation: Conversation, path: list[Message]) -> list[dict[str, str]]:
+    """A thread as role/content dicts for the model's chat template (failed, empty replies left out)."""
     messages: list[dict[str, str]] = []
     if conversation.system_prompt.strip():
         messages.append({"role": "system", "content": conversation.system_prompt})
-    qs = conversation.messages.order_by("id")
-    if before_id is not None:
-        qs = qs.filter(id__lt=before_id)
-    for message in qs:
+    for message in path:
         if message.role == Message.Role.ASSISTANT and not message.content:
             continue
         messages.append({"role": message.role, "content": message.content})
     return messages
+
+
+def prompt_through(*, conversation: Conversation, message: Message | None) -> list[dict[str, str]]:
+    """The prompt of the thread that ends at `message` (None: only the system prompt)."""
+    return prompt_messages(conversation=conversation, path=path_to(message=message))
+
+
+def regenerate_target(*, conversation: Conversation, message_id: int | None) -> Message:
+    """The message a new reply answers: a reply's parent, a user message itself; by default the thread's
+    last message. InvalidRequest when there is none; NotFound for an id not in this chat."""
+    if message_id is None:
+        path = active_path(conversation=conversation)
+        target = path[-1] if path else None
+    else:
+        target = message_get(conversation=conversation, message_id=message_id)
+    parent = target if target is None or target.role == Message.Role.USER else target.parent
+    if parent is None:
+        raise InvalidRequest("There is nothing to regenerate.", code="invalid")
+    return parent
+
+
+def continuable_reply(*, conversation: Conversation, message_id: int) -> Message:
+    """The reply Continue goes on with: the thread's last, complete at its length limit."""
+    reply = message_get(conversation=conversation, message_id=message_id, role=Message.Role.ASSISTANT)
+    if (
+        reply.finish_reason != "length"
+        or reply.status != Message.Status.COMPLETE
+        or Message.objects.filter(parent=reply).exists()
+    ):
+        raise InvalidRequest(
+            "Only the last reply, when it stopped at its length limit, can be continued.", code="invalid"
+        )
+    return with_branch(reply)
 
 
 def available_models() -> list[ModelChoice]:
@@ -129,6 +242,12 @@ def available_models() -> list[ModelChoice]:
     except Exception:  # The page must render even when the engine failed to start.
         return []
     return [ModelChoice(name=info.name, state=str(info.state)) for info in infos]
+
+
+def picker_models() -> list[ModelChoice]:
+    """The models for the chat header's picker: loaded ones first, then loading, then the rest, by name."""
+    rank = {"loaded": 0, "loading": 1}
+    return sorted(available_models(), key=lambda c: (rank.get(c.state_label, 2), c.name))
 
 
 def default_model_name() -> str:

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from webapp.chat.models import Conversation, Message
 from webapp.chat.selectors import chat_defaults, draft_conversation
-from webapp.core.errors import InvalidRequest
+from webapp.core.errors import InvalidRequest, NotFound
 from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 MAX_MESSAGE_CHARS = 32_000
@@ -79,16 +79,18 @@ def conversation_update_settings(
     *,
     conversation: Conversation,
     system_prompt: str,
-    model: str,
+    model: str | None,
     temperature: float,
     top_p: float,
     max_tokens: int,
 ) -> Conversation:
+    """Save the chat's settings; `model` None leaves the model as it is."""
     TEMPERATURE.check("Temperature", temperature)
     TOP_P.check("top_p", top_p)
     CHAT_REPLY_TOKENS.check("Max tokens", max_tokens)
     conversation.system_prompt = system_prompt.strip()
-    conversation.model = model.strip()
+    if model is not None:
+        conversation.model = model.strip()
     conversation.temperature = temperature
     conversation.top_p = top_p
     conversation.max_tokens = max_tokens
@@ -96,15 +98,49 @@ def conversation_update_settings(
     return conversation
 
 
+def conversation_set_model(*, conversation: Conversation, model: str) -> Conversation:
+    """The model the chat's next reply uses ("" = the server's default); earlier replies keep theirs."""
+    conversation.model = model.strip()[:200]
+    # Picking a model is not activity: the chat keeps its place in the list.
+    Conversation.objects.filter(pk=conversation.pk).update(model=conversation.model)
+    return conversation
+
+
 def _touch(conversation: Conversation) -> None:
     Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now())
 
 
+def _activate(message: Message) -> None:
+    """Make the message the version shown under its parent (or the chat's first message)."""
+    if message.parent_id is None:
+        Conversation.objects.filter(pk=message.conversation_id).update(active_root=message)
+    else:
+        Message.objects.filter(pk=message.parent_id).update(active_child=message)
+
+
+def _new_message(
+    *, conversation: Conversation, parent: Message | None, root: bool, **fields: object
+) -> Message:
+    """`root`: a first message (parent None); a reply without a parent follows the chat's last message."""
+    if parent is not None and parent.conversation_id != conversation.pk:
+        raise InvalidRequest("That message is not in this chat.", code="invalid")
+    message = Message(conversation=conversation, parent=parent, **fields)
+    message.new_root = root and parent is None  # see Message.save
+    message.save()
+    _activate(message)
+    return message
+
+
 @transaction.atomic
-def user_message_create(*, conversation: Conversation, content: str) -> Message:
+def user_message_create(
+    *, conversation: Conversation, content: str, parent: Message | None = None
+) -> Message:
+    """A user message under `parent` (the end of the thread on screen; None starts the chat)."""
     content = _clean_content(content)
     is_first = not conversation.messages.exists()
-    message = Message.objects.create(conversation=conversation, role=Message.Role.USER, content=content)
+    message = _new_message(
+        conversation=conversation, parent=parent, root=True, role=Message.Role.USER, content=content
+    )
     if is_first and not conversation.title_is_custom:
         conversation.title = provisional_title(content)
         conversation.save(update_fields=["title", "updated_at"])
@@ -114,42 +150,62 @@ def user_message_create(*, conversation: Conversation, content: str) -> Message:
 
 
 @transaction.atomic
-def user_message_edit(
-    *, conversation: Conversation, message_id: int, content: str
-) -> tuple[Message, list[int]]:
-    """Replace a user message's text and delete everything after it; returns it and the removed ids."""
+def user_message_edit(*, conversation: Conversation, message_id: int, content: str) -> Message:
+    """A new version of a user message, beside the old one (which stays, with its replies, as a branch)."""
     content = _clean_content(content)
-    message = conversation.messages.filter(pk=message_id, role=Message.Role.USER).first()
-    if message is None:
+    original = conversation.messages.filter(pk=message_id, role=Message.Role.USER).first()
+    if original is None:
         raise InvalidRequest("That message cannot be edited.", code="invalid")
-    later = conversation.messages.filter(id__gt=message.pk)
-    removed = list(later.values_list("id", flat=True))
-    later.delete()
-    message.content = content
-    message.save(update_fields=["content"])
+    message = _new_message(
+        conversation=conversation,
+        parent=original.parent,
+        root=True,
+        role=Message.Role.USER,
+        content=content,
+    )
     _touch(conversation)
-    return message, removed
+    return message
 
 
 @transaction.atomic
-def last_reply_remove(*, conversation: Conversation) -> list[int]:
-    """Drop the final assistant reply before regenerating it; returns the removed ids."""
-    last = conversation.messages.order_by("-id").first()
-    if last is None:
-        raise InvalidRequest("There is nothing to regenerate.", code="invalid")
-    if last.role == Message.Role.USER:
-        return []
-    if not conversation.messages.filter(role=Message.Role.USER).exists():
-        raise InvalidRequest("There is nothing to regenerate.", code="invalid")
-    removed = last.pk  # delete() clears pk
-    last.delete()
-    return [removed]
+def branch_select(*, conversation: Conversation, message_id: int) -> Message:
+    """Show this version of a message (and the thread below it as last shown); persisted for every tab."""
+    message = conversation.messages.filter(pk=message_id).first()
+    if message is None:
+        raise NotFound("That message is not in this chat.", code="not_found")
+    _activate(message)
+    return message
 
 
-def assistant_message_create(*, conversation: Conversation, model: str) -> Message:
-    return Message.objects.create(
-        conversation=conversation, role=Message.Role.ASSISTANT, status=Message.Status.STREAMING, model=model
+def assistant_message_create(
+    *,
+    conversation: Conversation,
+    model: str,
+    parent: Message | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_tokens: int | None = None,
+) -> Message:
+    """A new reply (streaming) under `parent` (None: after the chat's last message), recording the model
+    and sampling settings that write it."""
+    return _new_message(
+        conversation=conversation,
+        parent=parent,
+        root=False,
+        role=Message.Role.ASSISTANT,
+        status=Message.Status.STREAMING,
+        model=model,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
     )
+
+
+def reply_reopen(*, message: Message) -> Message:
+    """Mark a reply that stopped at its length limit as streaming again, for Continue."""
+    message.status, message.finish_reason, message.error = Message.Status.STREAMING, "", ""
+    Message.objects.filter(pk=message.pk).update(status=message.status, finish_reason="", error="")
+    return message
 
 
 def assistant_message_save(*, message: Message) -> bool:

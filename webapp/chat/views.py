@@ -13,12 +13,13 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
 from webapp.chat import events, selectors, services, transfer
-from webapp.chat.forms import ImportForm, RenameForm, SettingsForm
+from webapp.chat.forms import ImportForm, ModelForm, RenameForm, SettingsForm
 from webapp.chat.models import Conversation
 from webapp.core.errors import InvalidRequest
 
@@ -56,6 +57,24 @@ def _settings_context(
     }
 
 
+def _picker_context(conversation: Conversation, error: str = "") -> dict[str, Any]:
+    models = selectors.picker_models()
+    return {
+        "conversation": conversation,
+        "picker_models": models,
+        "default_model": selectors.default_model_name(),
+        "model_missing": bool(conversation.model) and conversation.model not in {m.name for m in models},
+        "model_error": error,
+    }
+
+
+def _broadcast_model(conversation: Conversation) -> str:
+    """The picker for the chat's current model, sent to every tab of the chat; returns its HTML."""
+    html = render_to_string("chat/_model_picker.html", _picker_context(conversation))
+    async_to_sync(events.broadcast)(conversation.pk, events.model(conversation, html))
+    return html
+
+
 @login_required
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
@@ -81,6 +100,7 @@ def detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
     messages_list = selectors.conversation_messages(conversation=conversation)
     context = {
         **_settings_context(conversation),
+        **_picker_context(conversation),
         "messages_list": messages_list,
         "page": selectors.conversation_page(user=_user(request), query=query),
         "query": query,
@@ -147,8 +167,24 @@ def update_settings(request: HttpRequest, conversation_id: int) -> HttpResponse:
     form = SettingsForm(request.POST)
     if not form.is_valid():
         return render(request, "chat/_settings.html", _settings_context(conversation, form), status=400)
+    model_before = conversation.model
     services.conversation_update_settings(conversation=conversation, **form.cleaned_data)
+    if conversation.model != model_before:  # The header's picker, in every tab, shows the new model.
+        _broadcast_model(conversation)
     return render(request, "chat/_settings.html", _settings_context(conversation, saved=True))
+
+
+@login_required
+@require_POST
+def set_model(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """The header's model picker: the model of the chat's next reply."""
+    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
+    form = ModelForm(request.POST)
+    if not form.is_valid():
+        error = " ".join(str(e) for e in form.errors["model"])
+        return render(request, "chat/_model_picker.html", _picker_context(conversation, error), status=400)
+    services.conversation_set_model(conversation=conversation, model=form.cleaned_data["model"])
+    return HttpResponse(_broadcast_model(conversation))
 
 
 def _download(body: str, *, filename: str, content_type: str) -> HttpResponse:

@@ -67,6 +67,25 @@ def render_chat(
         raise
 
 
+def render_continuation(engine: EngineClient, messages: list[dict[str, Any]], partial: str) -> list[int]:
+    """Token ids that end inside an assistant turn holding `partial`, so the model goes on with that text
+    (continue_final_message). The template renders the turn closed; its closing tokens are what an empty
+    turn adds after the generation prompt, and are cut off. A template that renders otherwise gets the
+    generation prompt followed by the encoded text."""
+    head = render_chat(engine, messages)
+    closed = render_chat(
+        engine, [*messages, {"role": "assistant", "content": partial}], add_generation_prompt=False
+    )
+    empty = render_chat(
+        engine, [*messages, {"role": "assistant", "content": ""}], add_generation_prompt=False
+    )
+    suffix = empty[len(head) :] if empty[: len(head)] == head else None
+    end = len(closed) - len(suffix) if suffix is not None else -1
+    if suffix is not None and end > len(head) and closed[: len(head)] == head and closed[end:] == suffix:
+        return closed[:end]
+    return head + encode_text(engine, partial)
+
+
 def _with_system(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     if messages and messages[0]["role"] == "system":
         first = dict(messages[0], content=f"{messages[0]['content']}\n\n{text}")

@@ -123,11 +123,11 @@ def test_chat_in_a_real_browser(browser: Any, server: LiveDaphne) -> None:
     page.wait_for_selector("#conv-list .conv-item.current")
     page.fill(".chat-search", "")
 
-    # Edit the first message and resend: everything after it goes, a new reply comes.
+    # Edit the first message and resend: a new version of it, with a new reply, replaces the thread shown.
     set_max_tokens(page, 16)
     first = page.locator("#messages .msg-user").first
     first.locator(".edit-btn").click()
-    assert "deletes every message after this one" in first.locator(".edit-note").inner_text()
+    assert "new version" in first.locator(".edit-note").inner_text()
     first.locator(".edit-box textarea").fill("Tell me two facts about Mars.")
     first.locator(".edit-send").click()
     page.wait_for_selector("#chat[data-running=true]")
@@ -135,7 +135,7 @@ def test_chat_in_a_real_browser(browser: Any, server: LiveDaphne) -> None:
     assert page.locator("#messages .msg").count() == 2
     assert "two facts about Mars" in page.locator("#messages .msg-user").first.inner_text()
 
-    # Regenerate replaces the last reply with a new message.
+    # Regenerate shows a new version of the last reply in its place.
     old_id = page.locator("#messages .msg-assistant").last.get_attribute("id")
     page.locator("#messages .msg-assistant").last.locator(".regen-btn").click()
     page.wait_for_selector("#chat[data-running=true]")

@@ -123,7 +123,7 @@ async def test_two_tabs_both_see_the_stream(fake_engine: FakeEngine, alice: User
     await tab2.disconnect()
 
 
-async def test_regenerate_replaces_last_reply(
+async def test_regenerate_keeps_the_old_reply_as_a_version(
     fake_engine: FakeEngine, alice: User, chat: Conversation
 ) -> None:
     ws = await connected(alice, chat.pk)
@@ -134,15 +134,19 @@ async def test_regenerate_replaces_last_reply(
     fake_engine.reply = "A different answer"
     await ws.send_json_to({"type": "regenerate"})
     events = await receive_until(ws, is_idle)
-    assert {"type": "remove", "ids": [old.pk]} in events
-    replies = [m async for m in Message.objects.filter(role="assistant")]
-    assert len(replies) == 1 and replies[0].content == "A different answer"
+    thread = next(e for e in events if e["type"] == "thread")
+    assert f'id="msg-{old.pk}"' not in thread["html"] and "2/2" in thread["html"]
+    replies = [m async for m in Message.objects.filter(role="assistant").order_by("id")]
+    assert [r.content for r in replies] == [old.content, "A different answer"]
+    assert replies[0].parent_id == replies[1].parent_id
     assert len(fake_engine.prompts) == 2 and fake_engine.prompts[0] == fake_engine.prompts[1]
     await chat_replies().wait_idle()
     await ws.disconnect()
 
 
-async def test_edit_truncates_and_resends(fake_engine: FakeEngine, alice: User, chat: Conversation) -> None:
+async def test_edit_adds_a_version_and_answers_it(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
     ws = await connected(alice, chat.pk)
     for text in ("first", "second"):
         await ws.send_json_to({"type": "send", "content": text})
@@ -151,10 +155,12 @@ async def test_edit_truncates_and_resends(fake_engine: FakeEngine, alice: User, 
     assert first is not None
     await ws.send_json_to({"type": "edit", "message_id": first.pk, "content": "first, edited", "nonce": "e"})
     events = await receive_until(ws, is_idle)
-    assert events[0]["type"] == "remove" and len(events[0]["ids"]) == 3
-    rows = [(m.role, m.content) async for m in Message.objects.order_by("id")]
-    assert rows == [("user", "first, edited"), ("assistant", fake_engine.reply)]
-    assert "second" not in fake_engine.prompts[-1]
+    thread = next(e for e in events if e["type"] == "thread")
+    assert thread["nonce"] == "e" and "first, edited" in thread["html"] and "second" not in thread["html"]
+    assert await Message.objects.acount() == 6  # nothing was deleted
+    edited = await Message.objects.filter(content="first, edited").aget()
+    assert edited.parent_id is None and first.parent_id is None
+    assert "second" not in fake_engine.prompts[-1] and "<user>first, edited" in fake_engine.prompts[-1]
     await chat_replies().wait_idle()
     await ws.disconnect()
 

@@ -93,7 +93,7 @@ def test_message_rules() -> None:
     with pytest.raises(InvalidRequest, match="longer"):
         services.user_message_create(conversation=chat, content="x" * 40_000)
     with pytest.raises(InvalidRequest, match="nothing to regenerate"):
-        services.last_reply_remove(conversation=chat)
+        selectors.regenerate_target(conversation=chat, message_id=None)
     first = services.user_message_create(conversation=chat, content="hello there friend")
     chat.refresh_from_db()
     assert chat.title == "hello there friend"
