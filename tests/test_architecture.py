@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("inference", "webapp")
-APPS = ("accounts", "api", "chat", "console", "core", "documents", "preferences")
+APPS = ("accounts", "api", "chat", "console", "core", "documents", "organize", "preferences")
 CONTRACT = "inference.api"
 MAX_LINES = 300
 REASON = "Over 300 lines:"

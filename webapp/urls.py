@@ -13,6 +13,7 @@ urlpatterns = [
     path("", include("django_prometheus.urls")),
     path("chat/", include("webapp.chat.urls")),
     path("documents/", include("webapp.documents.urls")),
+    path("chat/", include("webapp.organize.urls")),
     path("", include("webapp.api.urls")),
     path("console/", include("webapp.console.urls")),
     path("", include("webapp.preferences.urls")),

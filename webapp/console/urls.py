@@ -4,6 +4,7 @@ from django.views.generic import RedirectView
 from webapp.console.views import (
     accounts,
     dashboard,
+    feedback,
     groups,
     jobs,
     keys,
@@ -57,4 +58,6 @@ urlpatterns = [
     path("accounts/unlock/", accounts.lock_release_view, name="lock-release"),
     path("jobs/", jobs.jobs_page, name="jobs"),
     path("audit/", jobs.audit_page, name="audit"),
+    path("feedback/", feedback.feedback_page, name="feedback"),
+    path("feedback/chats/<int:pk>/", feedback.feedback_conversation, name="feedback-chat"),
 ]

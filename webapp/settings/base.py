@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "webapp.api",
     "webapp.console",
     "webapp.preferences",
+    "webapp.organize",
     "webapp.documents",
 ]
 

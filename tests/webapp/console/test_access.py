@@ -107,6 +107,7 @@ def test_post_with_a_csrf_token_passes(staff: User, manager: Any) -> None:
         "audit",
         "groups",
         "usage",
+        "site",
     ],
 )
 def test_staff_can_open_every_page(name: str, staff_client: Client, manager: Any) -> None:
