@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from webapp.chat.selectors import available_models
@@ -20,9 +22,13 @@ class ModelForm(forms.Form):
 
     model = forms.CharField(required=False, max_length=200)
 
+    def __init__(self, *args: Any, user_id: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user_id = user_id  # whose access decides which models are known
+
     def clean_model(self) -> str:
         model: str = self.cleaned_data["model"]
-        known = {choice.name for choice in available_models()}
+        known = {choice.name for choice in available_models(user_id=self.user_id)}
         if model and known and model not in known:
             raise forms.ValidationError("Unknown model.")
         return model

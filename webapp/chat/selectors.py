@@ -15,6 +15,7 @@ from django.http import Http404
 from webapp.chat.leases import reply_is_live
 from webapp.chat.models import Branch, Conversation, Message
 from webapp.core.errors import InvalidRequest, NotFound
+from webapp.core.model_access import viewer_for_user, visible
 from webapp.core.runtime import get_runtime
 from webapp.core.selectors import model_defaults
 from webapp.core.site import site_settings
@@ -235,19 +236,23 @@ def continuable_reply(*, conversation: Conversation, message_id: int) -> Message
     return with_branch(reply)
 
 
-def available_models() -> list[ModelChoice]:
-    """Models the manager knows about, for the model switcher; empty when the engine is unavailable."""
+def available_models(*, user_id: int | None = None) -> list[ModelChoice]:
+    """Models the manager knows about (those the user may use, when given), for the model switcher; empty
+    when the engine is unavailable."""
     try:
         infos = get_runtime().manager().list()
     except Exception:  # The page must render even when the engine failed to start.
         return []
+    if user_id is not None:  # a model restricted to other groups is not even named
+        infos = visible(viewer_for_user(user_id=user_id), infos)
     return [ModelChoice(name=info.name, state=str(info.state)) for info in infos]
 
 
-def picker_models() -> list[ModelChoice]:
-    """The models for the chat header's picker: loaded ones first, then loading, then the rest, by name."""
+def picker_models(*, user_id: int) -> list[ModelChoice]:
+    """The models for the chat header's picker (those the user may use): loaded ones first, then loading,
+    then the rest, by name."""
     rank = {"loaded": 0, "loading": 1}
-    return sorted(available_models(), key=lambda c: (rank.get(c.state_label, 2), c.name))
+    return sorted(available_models(user_id=user_id), key=lambda c: (rank.get(c.state_label, 2), c.name))
 
 
 def default_model_name() -> str:

@@ -50,7 +50,7 @@ def _settings_context(
     return {
         "conversation": conversation,
         "values": values,
-        "models": selectors.available_models(),
+        "models": selectors.available_models(user_id=conversation.user_id),
         "default_model": selectors.default_model_name(),
         "form": form,
         "saved": saved,
@@ -58,7 +58,7 @@ def _settings_context(
 
 
 def _picker_context(conversation: Conversation, error: str = "") -> dict[str, Any]:
-    models = selectors.picker_models()
+    models = selectors.picker_models(user_id=conversation.user_id)
     return {
         "conversation": conversation,
         "picker_models": models,
@@ -164,7 +164,7 @@ def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
 @require_POST
 def update_settings(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
-    form = SettingsForm(request.POST)
+    form = SettingsForm(request.POST, user_id=conversation.user_id)
     if not form.is_valid():
         return render(request, "chat/_settings.html", _settings_context(conversation, form), status=400)
     model_before = conversation.model
@@ -179,7 +179,7 @@ def update_settings(request: HttpRequest, conversation_id: int) -> HttpResponse:
 def set_model(request: HttpRequest, conversation_id: int) -> HttpResponse:
     """The header's model picker: the model of the chat's next reply."""
     conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
-    form = ModelForm(request.POST)
+    form = ModelForm(request.POST, user_id=conversation.user_id)
     if not form.is_valid():
         error = " ".join(str(e) for e in form.errors["model"])
         return render(request, "chat/_model_picker.html", _picker_context(conversation, error), status=400)

@@ -178,8 +178,8 @@ def test_picker_orders_loaded_models_first(monkeypatch: pytest.MonkeyPatch) -> N
         selectors.ModelChoice("a", "failed"),
         selectors.ModelChoice("d", "loaded"),
     ]
-    monkeypatch.setattr(selectors, "available_models", lambda: choices)
-    assert [(c.name, c.state_label) for c in selectors.picker_models()] == [
+    monkeypatch.setattr(selectors, "available_models", lambda **_: choices)
+    assert [(c.name, c.state_label) for c in selectors.picker_models(user_id=1)] == [
         ("d", "loaded"),
         ("c", "loading"),
         ("a", "failed"),

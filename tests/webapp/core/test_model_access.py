@@ -146,3 +146,22 @@ async def test_chat_admission_refuses_a_model_the_user_may_not_use(people: Any, 
     allowed = await sync_to_async(Conversation.objects.create)(user=member, model="secret")
     run = await admit_send(allowed, 60, messages)
     await run.close()
+
+
+def test_the_chat_picker_and_settings_offer_only_usable_models(people: Any, two_models: Any) -> None:
+    from django.test import Client
+
+    from webapp.chat.models import Conversation
+
+    for username, sees in (("outsider", False), ("member", True)):
+        user = User.objects.get(username=username)
+        chat = Conversation.objects.create(user=user)
+        client = Client()
+        client.force_login(user)
+        page = client.get(f"/chat/{chat.pk}/").content.decode()
+        assert ('value="secret"' in page) is sees, username
+        assert 'value="open"' in page
+        response = client.post(f"/chat/{chat.pk}/model/", {"model": "secret"})
+        assert response.status_code == (200 if sees else 400)
+        chat.refresh_from_db()
+        assert (chat.model == "secret") is sees
