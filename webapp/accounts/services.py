@@ -63,17 +63,23 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     return api_key
 
 
+# A key's or a user's limits, as the console edits them.
+LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "daily_token_quota")
+
+
 def api_key_set_limits(
     *,
     api_key: ApiKey,
     requests_per_minute: int | None,
     tokens_per_minute: int | None,
     max_concurrent_requests: int | None,
+    daily_token_quota: int | None = None,
 ) -> ApiKey:
     api_key.requests_per_minute = requests_per_minute
     api_key.tokens_per_minute = tokens_per_minute
     api_key.max_concurrent_requests = max_concurrent_requests
-    api_key.save(update_fields=["requests_per_minute", "tokens_per_minute", "max_concurrent_requests"])
+    api_key.daily_token_quota = daily_token_quota
+    api_key.save(update_fields=[*LIMIT_FIELDS])
     return api_key
 
 
@@ -83,6 +89,7 @@ def user_limits_set(
     requests_per_minute: int | None,
     tokens_per_minute: int | None,
     max_concurrent_requests: int | None,
+    daily_token_quota: int | None = None,
 ) -> UserApiLimits:
     limits, _ = UserApiLimits.objects.update_or_create(
         user=user,
@@ -90,6 +97,7 @@ def user_limits_set(
             "requests_per_minute": requests_per_minute,
             "tokens_per_minute": tokens_per_minute,
             "max_concurrent_requests": max_concurrent_requests,
+            "daily_token_quota": daily_token_quota,
         },
     )
     return limits

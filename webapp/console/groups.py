@@ -26,7 +26,9 @@ def _check_name(name: str, *, except_pk: int | None = None) -> str:
     name = name.strip()
     if not name:
         raise GroupActionError("A group needs a name.")
-    clash = Group.objects.filter(name__iexact=name).exclude(pk=except_pk)
+    clash = Group.objects.filter(name__iexact=name)
+    if except_pk is not None:
+        clash = clash.exclude(pk=except_pk)
     if clash.exists():
         raise GroupActionError(f"A group named {name!r} already exists.")
     return name

@@ -48,7 +48,10 @@ class ModelAccessForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["groups"].queryset = Group.objects.order_by("name")
+        # Read per form: groups made since the module loaded must be offered.
+        groups = self.fields["groups"]
+        assert isinstance(groups, forms.ModelMultipleChoiceField)
+        groups.queryset = Group.objects.order_by("name")
 
 
 MAX_RANGE_DAYS = 366

@@ -24,6 +24,12 @@ class LimitsForm(forms.Form):
     requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: no limit.")
     tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: no limit.")
     max_concurrent_requests = forms.IntegerField(required=False, min_value=1, help_text="Concurrent streams.")
+    daily_token_quota = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=10**15,
+        help_text="Prompt plus generated tokens per UTC day. Empty: none (for a user: the site's default).",
+    )
 
 
 class KeyCreateForm(forms.Form):

@@ -1,4 +1,9 @@
-"""User administration: create, (de)activate, promote, reset passwords. Keys and limits live in accounts."""
+"""User administration: create, (de)activate, promote, reset passwords. Keys and limits live in accounts.
+
+Three roles: a user; an admin (staff: the console); an owner (superuser: the setup account, and those an
+owner makes owners). An admin who is not an owner may act on users only: another admin's or an owner's
+password, keys, limits and rights are the owners' to change, and only owners make admins or owners.
+"""
 
 from __future__ import annotations
 
@@ -38,25 +43,64 @@ def toggle_refusal(*, actor: User, user: User, field: str) -> str | None:
     return None
 
 
-def _refuse(*, actor: User, user: User, field: str) -> None:
-    reason = toggle_refusal(actor=actor, user=user, field=field)
+# What an admin can do to an account, each checked by action_refusal.
+ACTIONS = ("active", "staff", "owner", "password", "keys", "limits")
+
+
+def role_of(user: User) -> str:
+    return "owner" if user.is_superuser else "admin" if user.is_staff else "user"
+
+
+def action_refusal(*, actor: User, user: User, action: str) -> str | None:
+    """Why `actor` may not do `action` (one of ACTIONS) to `user`'s account, or None when they may. The
+    views refuse with it and the user page hides what it refuses."""
+    if action == "owner":
+        if not actor.is_superuser:
+            return "only an owner can make or remove owners"
+        if actor.pk == user.pk:
+            return "you cannot remove your own owner role (another owner can)"
+        return None
+    if not actor.is_superuser:
+        if action == "staff" and not user.is_staff:
+            return "only an owner can make admins"
+        if actor.pk != user.pk and (user.is_staff or user.is_superuser):
+            return f"only an owner can change another {role_of(user)}'s account"
+    if action in ("active", "staff"):
+        return toggle_refusal(actor=actor, user=user, field=action)
+    return None
+
+
+def ensure_allowed(*, actor: User, user: User, action: str) -> None:
+    reason = action_refusal(actor=actor, user=user, action=action)
     if reason:
         raise UserActionError(reason)
 
 
+def _refuse(*, actor: User, user: User, field: str) -> None:
+    ensure_allowed(actor=actor, user=user, action=field)
+
+
 def user_set_active(*, actor: User, user: User, active: bool) -> User:
-    if not active:
-        _refuse(actor=actor, user=user, field="active")
+    _refuse(actor=actor, user=user, field="active")
     user.is_active = active
     user.save(update_fields=["is_active"])
     return user
 
 
 def user_set_staff(*, actor: User, user: User, staff: bool) -> User:
-    if not staff:
-        _refuse(actor=actor, user=user, field="staff")
+    _refuse(actor=actor, user=user, field="staff")
+    if not staff and user.is_superuser:
+        raise UserActionError("remove the owner role first: an owner is always an admin")
     user.is_staff = staff
     user.save(update_fields=["is_staff"])
+    return user
+
+
+def user_set_owner(*, actor: User, user: User, owner: bool) -> User:
+    _refuse(actor=actor, user=user, field="owner")
+    user.is_superuser = owner
+    user.is_staff = user.is_staff or owner  # an owner runs the console too
+    user.save(update_fields=["is_superuser", "is_staff"])
     return user
 
 

@@ -71,7 +71,8 @@ def manager(engines: list[SizedFakeEngine]) -> Iterator[ModelManager]:
 
 @pytest.fixture
 def staff(db: None) -> User:
-    return User.objects.create_user("root", password="root-password-1", is_staff=True)
+    """The setup account: an owner (superuser), who may act on every account (test_roles has the others)."""
+    return User.objects.create_user("root", password="root-password-1", is_staff=True, is_superuser=True)
 
 
 @pytest.fixture

@@ -77,8 +77,8 @@ def test_create_user_and_manage_them(staff_client: Client, staff: User) -> None:
     actions = list(AuditLog.objects.order_by("id").values_list("action", flat=True))
     assert actions == ["user.create", "user.staff", "user.active", "user.reset_password"]
     staff_entry = AuditLog.objects.get(action="user.staff")
-    assert staff_entry.before == {"is_active": True, "is_staff": False}
-    assert staff_entry.after == {"is_active": True, "is_staff": True}
+    assert staff_entry.before == {"is_active": True, "is_staff": False, "is_superuser": False}
+    assert staff_entry.after == {"is_active": True, "is_staff": True, "is_superuser": False}
 
 
 def test_weak_or_duplicate_users_are_refused(staff_client: Client, staff: User) -> None:
@@ -128,6 +128,7 @@ def test_key_limit_set_in_console_gives_429(
         "requests_per_minute": None,
         "tokens_per_minute": None,
         "max_concurrent_requests": None,
+        "daily_token_quota": None,
     }
     assert (entry.after or {})["requests_per_minute"] == 2
 
@@ -144,6 +145,7 @@ def test_user_limit_set_in_console_gives_429(
     assert response.status_code == 429 and response.json()["error"]["type"] == "rate_limit_error"
     assert AuditLog.objects.get(action="user.limits").after == {
         "requests_per_minute": 1, "tokens_per_minute": None, "max_concurrent_requests": None,
+        "daily_token_quota": None,
     }  # fmt: skip
 
 

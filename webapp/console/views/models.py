@@ -12,9 +12,9 @@ from django.views.decorators.http import require_GET, require_POST
 from webapp.console import lifecycle, registry
 from webapp.console.audit import audit_record
 from webapp.console.forms import ModelDefaultsForm, RegisterHubForm, RegisterLocalForm
-from webapp.console.organisation_forms import ModelAccessForm
 from webapp.console.groups import model_access_set
 from webapp.console.hf_import import HubImportError, hf_import_start
+from webapp.console.organisation_forms import ModelAccessForm
 from webapp.console.paths import allowed_roots
 from webapp.console.selectors import model_rows
 from webapp.console.views.access import staff_required

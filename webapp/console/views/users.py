@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_cache_control
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.accounts.selectors import api_key_list, usage_daily_for_key, usage_daily_for_user
-from webapp.accounts.services import user_limits_set
+from webapp.accounts.services import LIMIT_FIELDS, user_limits_set
 from webapp.console import users as user_services
 from webapp.console.audit import audit_record
 from webapp.console.selectors import users_list
@@ -64,11 +64,13 @@ def render_user_page(
     actor = _actor(request)
     context = {
         "subject": user,
-        # Only the toggles the server would carry out: on one's own page, neither Deactivate nor Remove admin.
-        "can_toggle": {
-            field: user_services.toggle_refusal(actor=actor, user=user, field=field) is None
-            for field in ("active", "staff")
+        # Only what the server would carry out (console.users.action_refusal): on one's own page neither
+        # Deactivate nor Remove admin; for an admin who is no owner, nothing on another admin's page.
+        "can": {
+            action: user_services.action_refusal(actor=actor, user=user, action=action) is None
+            for action in user_services.ACTIONS
         },
+        "role": user_services.role_of(user),
         "own_account": actor.pk == user.pk,
         "keys": [
             (key, LimitsForm(initial=_limits(key), prefix=f"k{key.pk}"), usage_daily_for_key(api_key=key)[:7])
@@ -86,27 +88,36 @@ def render_user_page(
     return response
 
 
+def refuse_unless_allowed(request: HttpRequest, user: User, action: str) -> None:
+    """A 403 with the reason (the designed error page shows it) for what this admin may not do here."""
+    reason = user_services.action_refusal(actor=_actor(request), user=user, action=action)
+    if reason:
+        raise PermissionDenied(reason[0].upper() + reason[1:] + ".")
+
+
 def _limits(obj: object) -> dict[str, int | None]:
-    names = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
-    return {name: getattr(obj, name) for name in names}
+    return {name: getattr(obj, name) for name in LIMIT_FIELDS}
 
 
 @staff_required
 @require_POST
 def user_toggle(request: HttpRequest, pk: int, field: str) -> HttpResponse:
-    if field not in ("active", "staff"):
+    if field not in ("active", "staff", "owner"):
         raise Http404("Unknown field.")
     user = get_object_or_404(User, pk=pk)
-    before = {"is_active": user.is_active, "is_staff": user.is_staff}
+    refuse_unless_allowed(request, user, field)
+    before = {"is_active": user.is_active, "is_staff": user.is_staff, "is_superuser": user.is_superuser}
     try:
         if field == "active":
             user_services.user_set_active(actor=_actor(request), user=user, active=not user.is_active)
-        else:
+        elif field == "staff":
             user_services.user_set_staff(actor=_actor(request), user=user, staff=not user.is_staff)
+        else:
+            user_services.user_set_owner(actor=_actor(request), user=user, owner=not user.is_superuser)
     except user_services.UserActionError as exc:
         messages.error(request, str(exc))
         return redirect("console:user", pk=pk)
-    after = {"is_active": user.is_active, "is_staff": user.is_staff}
+    after = {"is_active": user.is_active, "is_staff": user.is_staff, "is_superuser": user.is_superuser}
     audit_record(actor=request.user, action=f"user.{field}", target=user.username, before=before, after=after)
     return redirect("console:user", pk=pk)
 
@@ -115,6 +126,7 @@ def user_toggle(request: HttpRequest, pk: int, field: str) -> HttpResponse:
 @require_POST
 def user_reset_password(request: HttpRequest, pk: int) -> HttpResponse:
     user = get_object_or_404(User, pk=pk)
+    refuse_unless_allowed(request, user, "password")
     password = user_services.user_reset_password(user=user)
     audit_record(actor=request.user, action="user.reset_password", target=user.username)
     return render_user_page(request, user, new_password=password)
@@ -124,6 +136,7 @@ def user_reset_password(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def user_limits(request: HttpRequest, pk: int) -> HttpResponse:
     user = get_object_or_404(User, pk=pk)
+    refuse_unless_allowed(request, user, "limits")
     form = LimitsForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Limits must be positive whole numbers or empty.")
