@@ -36,7 +36,10 @@ def test_openai_type_with_its_settings() -> None:
         ({**UPSTREAM, "base_url": "vllm:8000/v1"}, "base_url must be an http:// or https:// URL"),
         ({**UPSTREAM, "base_url": "http:///v1"}, "with a host"),
         ({**UPSTREAM, "request_timeout": 0}, "request_timeout must be > 0"),
-        ({"type": "magic"}, r"engine type must be one of \('native', 'transformers', 'openai', 'vllm', 'sglang', 'tgi'\)"),
+        (
+            {"type": "magic"},
+            r"engine type must be one of \('native', 'transformers', 'openai', 'vllm', 'sglang', 'tgi'\)",
+        ),
         ({"base_url": "http://vllm:8000/v1"}, "base_url only apply to engine type 'openai'"),
         ({"api_key": "sk"}, "api_key only apply to engine type 'openai'"),
         ({**UPSTREAM, "api_key_env": "KEY"}, "unknown engine setting"),  # the web layer resolves it
@@ -62,7 +65,7 @@ def test_child_process_engines_take_their_server_settings(kind: str) -> None:
 def test_transformers_engine_type_is_in_process_and_refuses_upstream_settings() -> None:
     config = EngineConfig.from_dict({"type": "transformers", "model": "/models/gemma", "dtype": "float32"})
     assert (config.engine_type, config.base_url) == ("transformers", None)
-    with pytest.raises(ValueError, match="only apply to engine type 'openai'.*'transformers'"):
+    with pytest.raises(ValueError, match=r"only apply to engine type 'openai'.*'transformers'"):
         EngineConfig.from_dict({"type": "transformers", "upstream_model": "x"})
     with pytest.raises(ValueError, match="quantization 'gguf' applies to engine type 'native' only"):
         EngineConfig.from_dict({"type": "transformers", "quantization": "gguf"})

@@ -324,7 +324,6 @@ async def test_queue_full_is_503(api_server: LiveDaphne, api_key: str) -> None:
         httpx.AsyncClient(base_url=api_server.url, timeout=180, limits=limits, headers=headers) as client,
         contextlib.AsyncExitStack() as holders,
     ):
-
         readers: list[Any] = []  # a collected line iterator would close its connection: a disconnect
 
         async def hold_slot() -> None:

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build llama.cpp's llama-server, the CPU peer of `make bench`, from the llama.cpp sources that the PyPI
+# source distribution of llama-cpp-python vendors (PyPI is reachable where GitHub is not).
+#
+#   bench/build_llama_server.sh        -> bench/.llama-server/bin/llama-server (cached; gitignored)
+#
+# Release, native CPU flags (the same machine runs both servers), the server target only. About 10 minutes
+# on 2 cores; a second run finds the binary and returns at once. BENCH_BUILD_JOBS sets make's -j.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VERSION=0.3.36
+DEST=$ROOT/bench/.llama-server
+BIN=$DEST/bin/llama-server
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+
+if [ -x "$BIN" ] && [ "$(cat "$DEST/VERSION" 2>/dev/null)" = "$VERSION" ]; then
+    echo "$BIN"
+    exit 0
+fi
+for tool in cmake c++ make; do
+    command -v "$tool" >/dev/null || { echo "building llama-server needs $tool" >&2; exit 1; }
+done
+
+WORK=$DEST/build
+rm -rf "$WORK"
+mkdir -p "$WORK"
+"$PY" -m pip download --quiet --no-binary :all: --no-deps --dest "$WORK" "llama-cpp-python==$VERSION"
+tar -xzf "$WORK"/llama_cpp_python-"$VERSION".tar.gz -C "$WORK"
+SRC=$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp
+[ -f "$SRC/CMakeLists.txt" ] || { echo "no vendored llama.cpp in the sdist at $SRC" >&2; exit 1; }
+
+cmake -S "$SRC" -B "$WORK/cmake" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
+    -DBUILD_SHARED_LIBS=OFF >"$WORK/cmake.log"
+cmake --build "$WORK/cmake" --target llama-server -j "${BENCH_BUILD_JOBS:-$(nproc)}" >"$WORK/build.log"
+
+mkdir -p "$DEST/bin"
+cp "$WORK/cmake/bin/llama-server" "$BIN"
+echo "$VERSION" >"$DEST/VERSION"
+rm -rf "$WORK"
+echo "$BIN"
