@@ -3,12 +3,13 @@ answers Http404 for anyone else's ids, so ids never tell a stranger what exists.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 
 from django.contrib.auth.models import User
 from django.core.paginator import Page, Paginator
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
@@ -201,6 +202,27 @@ def feedback_page(*, rating: str = "", model: str = "", page: int | str | None =
     if model:
         qs = qs.filter(model=model)
     return Paginator(qs.order_by("-updated_at", "-id"), FEEDBACK_PAGE_SIZE).get_page(page)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFeedback:
+    model: str
+    up: int
+    down: int
+    shared: int  # ratings on chats whose owner shares them (a link is live)
+
+
+def feedback_per_model(*, since: dt.datetime | None = None) -> list[ModelFeedback]:
+    """Thumbs up and down per model, the most rated first (the console's Usage page)."""
+    rows = Feedback.objects.all() if since is None else Feedback.objects.filter(created_at__gte=since)
+    live_share = Share.objects.filter(conversation=OuterRef("message__conversation"), revoked_at__isnull=True)
+    counted = rows.values("model").annotate(
+        up=Count("pk", filter=Q(rating=Feedback.Rating.UP)),
+        down=Count("pk", filter=Q(rating=Feedback.Rating.DOWN)),
+        shared=Count("pk", filter=Exists(live_share)),
+    )
+    result = [ModelFeedback(r["model"], r["up"], r["down"], r["shared"]) for r in counted]
+    return sorted(result, key=lambda f: (-(f.up + f.down), f.model))
 
 
 def feedback_models() -> list[str]:

@@ -95,3 +95,24 @@ def test_bad_queries_are_answered_inline(usage: None, staff_client: Client, quer
     assert 'class="errorlist' in response.content.decode()
     csv_response = staff_client.get(f"/console/usage/?{query}&format=csv")
     assert csv_response.status_code == 400 and csv_response["Content-Type"].startswith("text/html")
+
+
+def test_feedback_is_listed_per_model_with_shared_chats_counted(staff_client: Client) -> None:
+    from webapp.chat.models import Conversation, Message
+    from webapp.organize.models import Feedback, Share
+
+    user = User.objects.create_user("rater")
+    for model, rating, shared in [("qwen", "up", True), ("qwen", "down", False), ("llama", "down", False)]:
+        chat = Conversation.objects.create(user=user)
+        reply = Message.objects.create(conversation=chat, role="assistant", content="x", model=model)
+        Feedback.objects.create(message=reply, user=user, rating=rating, model=model)
+        if shared:
+            Share.objects.create(conversation=chat, token_hash=f"h-{model}-{rating}", prefix="p")
+    page = staff_client.get("/console/usage/").content.decode()
+    table = page[page.index('id="usage-feedback"') :]
+    qwen = table[table.index('data-model="qwen"') :]
+    assert qwen.startswith('data-model="qwen"><td>qwen</td><td>1</td><td>1</td><td>1</td>')
+    llama = table[table.index('data-model="llama"') :]
+    assert llama.startswith('data-model="llama"><td>llama</td><td>0</td><td>1</td><td>0</td>')
+    assert table.index('data-model="qwen"') < table.index('data-model="llama"')  # most rated first
+    assert "/console/feedback/?model=qwen" in table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
@@ -11,6 +12,7 @@ from django.views.decorators.http import require_GET
 from webapp.console.organisation_forms import SORTS, UsageFilterForm
 from webapp.console.usage import UsageQuery, chart_bars, usage_csv, usage_report
 from webapp.console.views.access import staff_required
+from webapp.organize.selectors import feedback_per_model
 
 
 @staff_required
@@ -30,7 +32,9 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     # A column's link sorts it descending first, and flips the direction when it is the current sort.
     flip = {column: column if report.query.sort == f"-{column}" else f"-{column}" for column in SORTS}
     sort_links = {column: "?" + urlencode({**query, "sort": flip[column]}) for column in SORTS}
+    since = dt.datetime.combine(report.query.start, dt.time(), tzinfo=dt.UTC)
     context = {
+        "feedback": feedback_per_model(since=since),
         "form": form,
         "report": report,
         "bars": chart_bars(report.days),
