@@ -25,7 +25,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from webapp.accounts.selectors import login_refusal
-from webapp.accounts.services import SsoRefused, sso_user_sign_in
+from webapp.accounts.signup import SsoRefused, sso_user_sign_in
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from webapp.accounts.forms import LoginForm, SignUpForm
 from webapp.accounts.models import AccountStatus
 from webapp.accounts.oidc import SSO_ERROR_SESSION_KEY, oidc_enabled
 from webapp.accounts.selectors import signup_settings_get
-from webapp.accounts.services import user_sign_up
+from webapp.accounts.signup import user_sign_up
 
 LOGIN_TEMPLATE = "core/login.html"
 

@@ -18,7 +18,7 @@ from django.test import Client
 from tests.webapp.accounts.oidc_provider import CLIENT_ID, Provider
 from webapp.accounts.models import AccountStatus, SignupSettings, SsoIdentity
 from webapp.accounts.oidc import check_id_token_claims
-from webapp.accounts.services import SsoRefused
+from webapp.accounts.signup import SsoRefused
 from webapp.console.models import AuditLog
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 from webapp.accounts.forms import SignupSettingsForm
 from webapp.accounts.oidc import oidc_enabled
 from webapp.accounts.selectors import pending_account_get, pending_accounts, signup_settings_get
-from webapp.accounts.services import account_approve, account_reject, signup_settings_set
+from webapp.accounts.signup import account_approve, account_reject, signup_settings_set
 from webapp.accounts.throttle import LOCK_KINDS, lock_get, lock_release, locks_current
 from webapp.console.audit import audit_record
 from webapp.console.views.access import staff_required
