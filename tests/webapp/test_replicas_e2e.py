@@ -279,17 +279,19 @@ async def test_a_replica_killed_mid_reply_leaves_it_interrupted_and_the_chat_usa
     shown_text = reply_text({"type": "upsert", "html": articles[-1]})
     words = re.findall(r"[A-Za-z]{3,}", saved)[:5]
     assert words and all(w in shown_text for w in words)  # the text it had saved
-    # The chat is usable from b: regenerate replaces the interrupted reply with a new one.
+    # The chat is usable from b: regenerate answers again, keeping the interrupted reply as a version.
     await ws_b.send(json.dumps({"type": "regenerate"}))
     await until(ws_b, lambda e: e == {"type": "state", "running": True})
     await ws_b.send(json.dumps({"type": "stop"}))
     await until(ws_b, lambda e: e == {"type": "state", "running": False}, timeout=30)
     await ws_b.close()
     replies = cluster.query(
-        "SELECT status, finish_reason FROM chat_message WHERE conversation_id = %s AND role = 'assistant'",
+        "SELECT status, finish_reason FROM chat_message WHERE conversation_id = %s AND role = 'assistant'"
+        " ORDER BY id",
         chat,
     )
-    assert replies == [("stopped", "abort")]  # only the new reply, stopped by the user
+    # The interrupted reply stays as an earlier version (1 of 2); the new one was stopped by the user.
+    assert replies == [("stopped", "interrupted"), ("stopped", "abort")]
     cluster.start_replica("a")
 
 
