@@ -22,6 +22,7 @@ from inference.kv_cache import (
 from inference.loader import LoadedModel
 from inference.model_io import ScheduledChunk, StepLogits
 from inference.models import DecoderForCausalLM
+from inference.models.fused_decode import FusedDecode
 from inference.step_inputs import host_batch
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class ModelRunner:
         self.max_model_len = loaded.context_length
         self.num_blocks = 0
         self.decode_graphs: DecodeGraphs | None = None
+        self.fused_decode: FusedDecode | None = None
 
         spec = self.model.kv_cache_spec(loaded.dtype)
         per_block = spec.bytes_per_block(block_size)
@@ -112,6 +114,8 @@ class ModelRunner:
         graphable = getattr(self.backend, "supports_cuda_graphs", False)
         if self.device.type == "cuda" and graphable and not enforce_eager:
             self.decode_graphs = self._capture_decode_graphs(max_num_seqs)
+        if self.device.type == "cpu":
+            self.fused_decode = FusedDecode.build(self.model)
         logger.info(
             "KV cache size: %d tokens (%d blocks x %d, %s, from %s); attention backend: %s",
             self.kv_capacity_tokens,
@@ -121,6 +125,9 @@ class ModelRunner:
             budget.source,
             self.attention_backend_name,
         )
+        if self.fused_decode is not None:
+            rows = self.fused_decode.max_rows
+            logger.info("Decode steps of up to %d sequences run their layers in one native call", rows)
 
     @property
     def cuda_graph_sizes(self) -> list[int]:
@@ -218,6 +225,7 @@ class ModelRunner:
         """Unbind the KV cache from the model so its memory is freed even while the model object lives on."""
         empty = (torch.empty(0), torch.empty(0))
         self.model.bind_kv_cache(self.backend, [empty] * self.model.args.num_layers)
+        self.fused_decode = None  # it holds the caches too
         self.num_blocks = 0
 
     @torch.inference_mode()
@@ -233,6 +241,16 @@ class ModelRunner:
             and not any(c.return_all_logits for c in chunks)
         ):
             hidden = graphs.run(
+                batch.input_ids, batch.positions, batch.slots, batch.block_tables, batch.context_lens
+            )
+            return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})
+        fused = self.fused_decode
+        if (
+            fused is not None
+            and len(batch.input_ids) == len(chunks) <= fused.max_rows
+            and not any(c.return_all_logits for c in chunks)
+        ):
+            hidden = fused.run(
                 batch.input_ids, batch.positions, batch.slots, batch.block_tables, batch.context_lens
             )
             return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})

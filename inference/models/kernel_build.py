@@ -1,4 +1,4 @@
-"""Compile the Q4 decode kernel (csrc/q4_decode.cpp) into the cache's kernels/ folder.
+"""Compile the Q4 decode kernels (csrc/: q4_linear and the fused decode_layers) into the cache's kernels/.
 
 `make install` runs this module so a server never spends its first start compiling (about 15 s):
 
@@ -28,7 +28,9 @@ from inference.cache_dir import DEFAULT_CACHE_DIR, check_private, ensure_private
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("csrc") / "q4_decode.cpp"
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = [CSRC / "q4_decode.cpp", CSRC / "decode_layers.cpp"]
+HEADERS = [CSRC / "q4_kernels.h"]
 _FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
 
 
@@ -38,7 +40,8 @@ def kernels_dir(cache_dir: Path) -> Path:
 
 def library_path(cache_dir: Path) -> Path:
     """Where the library for this source, these flags and this torch lives."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(_FLAGS).encode() + torch.__version__.encode())
+    code = b"".join(path.read_bytes() for path in [*SOURCES, *HEADERS])
+    key = hashlib.sha256(code + " ".join(_FLAGS).encode() + torch.__version__.encode())
     return kernels_dir(cache_dir) / f"q4_decode-{key.hexdigest()[:16]}.so"
 
 
@@ -81,7 +84,7 @@ def _compile(library: Path, compiler: str) -> None:
         "-std=c++17",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         *(f"-I{path}" for path in cpp_extension.include_paths()),
-        str(SOURCE),
+        *(str(source) for source in SOURCES),
         "-o",
         str(partial),
         f"-L{torch_lib}",
@@ -93,7 +96,7 @@ def _compile(library: Path, compiler: str) -> None:
     try:
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise OSError(f"compiling {SOURCE.name} failed: {result.stderr.strip()[-500:]}")
+            raise OSError(f"compiling {CSRC.name}/ failed: {result.stderr.strip()[-500:]}")
         # The linker may recreate the output with the umask's mode: settle it before it is trusted.
         os.chmod(partial, 0o700)
         partial.replace(library)  # atomic: concurrent builds (test workers, servers) never see half a file

@@ -1,188 +1,11 @@
-// y = x @ W^T for 1-16 rows of bf16 activations, W held as a GGUF's Q4_0/Q4_1 (or Q8_0) blocks (see
-// q4_decode.py; built by kernel_build.py).
-//
-// Each block of 32 weights is expanded in registers to the bf16 values bf16(d * q + m): a 16-entry table
-// per block (one FMA over 0..15, rounded to bf16 to nearest even) indexed by the 4-bit levels. Those are
-// the very weights the bf16 model holds, so the product is the packed bf16 path's up to the fp32
-// accumulation order. Decode then streams 5 bytes per 8 weights instead of 16.
-//
-// Blocks go in pairs. For blocks b and b+1 the 32 bytes of levels give A = [b 0..15 | b+1 0..15] (low
-// nibbles) and B = [b 16..31 | b+1 16..31] (high nibbles); x is permuted into the same order once a call.
-//
-// Up to 2 rows (4 without AMX) multiply in AVX512-BF16 registers. 3-16 rows go through AMX: 16 weight rows'
-// block pair is expanded into two 16x32 bf16 tiles, and x^T, in the same order and in AMX's pair-interleaved
-// layout, is the other operand; one tile multiply-add then serves all the activation rows.
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <immintrin.h>
-#include <sys/syscall.h>
+// The q4_linear op: y = x @ W^T for 1-16 rows of bf16 activations, W held as a GGUF's Q4_0/Q4_1 (or Q8_0)
+// blocks (q4_decode.py; the kernels are in q4_kernels.h, built by kernel_build.py).
 #include <torch/library.h>
-#include <unistd.h>
 
-#include <cstdint>
-#include <vector>
+#include "q4_kernels.h"
 
+namespace mooncake_q4 {
 namespace {
-
-constexpr int64_t kPrefetchBytes = 2048;  // ~7 rows of a 576-wide matrix ahead: measured best of 0/512/2048
-
-// Bytes of one block's levels: 32 nibbles (Q4_0/Q4_1) or 32 int8 (Q8_0, whose blocks are W = d * q).
-template <bool Q8>
-constexpr int64_t kBlockBytes = Q8 ? 32 : 16;
-
-inline __m512 scaled_int8(const uint8_t* q, float d) {
-  __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), _mm512_set1_ps(d));
-}
-
-// The bf16 weights of block pair (b, b+1) of one row: *wa = [b 0..15 | b+1 0..15], *wb = [b 16..31 | b+1
-// 16..31] (for Q4, the low and the high nibbles).
-template <bool Q8>
-inline void expand_pair(const uint8_t* q, const float* s, __m512i* wa, __m512i* wb) {
-  _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchBytes), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetchBytes / 8), _MM_HINT_T0);
-  if constexpr (Q8) {  // d * q is exact in fp32 (11 x 8 significant bits): one rounding, to bf16
-    *wa = (__m512i)_mm512_cvtne2ps_pbh(scaled_int8(q + 32, s[2]), scaled_int8(q, s[0]));
-    *wb = (__m512i)_mm512_cvtne2ps_pbh(scaled_int8(q + 48, s[2]), scaled_int8(q + 16, s[0]));
-    return;
-  }
-  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i upper_half = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
-  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
-  __m512 table0 = _mm512_fmadd_ps(_mm512_set1_ps(s[0]), iota, _mm512_set1_ps(s[1]));
-  __m512 table1 = _mm512_fmadd_ps(_mm512_set1_ps(s[2]), iota, _mm512_set1_ps(s[3]));
-  __m512i table = (__m512i)_mm512_cvtne2ps_pbh(table1, table0);
-  __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  __m256i lo = _mm256_and_si256(bytes, low_nibble);
-  __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibble);
-  *wa = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_cvtepu8_epi16(lo), upper_half), table);
-  *wb = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_cvtepu8_epi16(hi), upper_half), table);
-}
-
-template <bool Q8, int M, int R>
-inline void dot_rows(const uint8_t* levels, const float* dm, const uint16_t* xp, float* y, int64_t n,
-                     int64_t k, int64_t n_total) {
-  const int64_t blocks = k / 32;
-  __m512 acc[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; b += 2) {
-    for (int r = 0; r < R; ++r) {
-      __m512i wa, wb;
-      expand_pair<Q8>(levels + ((n + r) * blocks + b) * kBlockBytes<Q8>, dm + ((n + r) * blocks + b) * 2, &wa,
-                      &wb);
-      for (int m = 0; m < M; ++m) {
-        const uint16_t* x = xp + m * k + b * 32;
-        acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)wa, (__m512bh)_mm512_loadu_si512(x));
-        acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)wb, (__m512bh)_mm512_loadu_si512(x + 32));
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) y[m * n_total + n + r] = _mm512_reduce_add_ps(acc[r][m]);
-}
-
-template <bool Q8, int M>
-void dot_all(const uint8_t* levels, const float* dm, const uint16_t* xp, float* y, int64_t k, int64_t n) {
-  // Two rows at a time for instruction-level parallelism; an odd last row alone.
-  at::parallel_for(0, (n + 1) / 2, 32, [&](int64_t begin, int64_t end) {
-    for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t row = pair * 2;
-      if (row + 1 < n) {
-        dot_rows<Q8, M, 2>(levels, dm, xp, y, row, k, n);
-      } else {
-        dot_rows<Q8, M, 1>(levels, dm, xp, y, row, k, n);
-      }
-    }
-  });
-}
-
-// Linux hands a process AMX tile state only when asked (the same request oneDNN makes). Whether a call may
-// use the tiles at all is the caller's `amx` argument (EngineConfig.q4_amx), so one process can hold both.
-bool amx_available() {
-  static const bool available =
-      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-  return available;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Output rows [16 g0, 16 g1): tmm0 accumulates 16 weight rows x 16 activation rows; tmm1/tmm3 hold a block
-// pair's two weight tiles, tmm2/tmm4 the matching x^T tiles (bt: per tile, 16 pairs x 16 rows of 2 bf16).
-template <bool Q8>
-void amx_groups(const uint8_t* levels, const float* dm, const uint32_t* bt, float* y, int64_t g0, int64_t g1,
-                int64_t rows, int64_t k, int64_t n) {
-  const int64_t blocks = k / 32;
-  alignas(64) uint16_t a[2 * 16 * 32];
-  alignas(64) float c[16 * 16];
-  for (int64_t g = g0; g < g1; ++g) {
-    const int64_t n0 = g * 16;
-    _tile_zero(0);
-    for (int64_t b = 0; b < blocks; b += 2) {
-      for (int r = 0; r < 16; ++r) {
-        __m512i wa = _mm512_setzero_si512(), wb = _mm512_setzero_si512();
-        const int64_t block = (n0 + r) * blocks + b;
-        if (n0 + r < n) expand_pair<Q8>(levels + block * kBlockBytes<Q8>, dm + block * 2, &wa, &wb);
-        _mm512_store_si512(a + r * 32, wa);
-        _mm512_store_si512(a + (16 + r) * 32, wb);
-      }
-      _tile_loadd(1, a, 64);
-      _tile_loadd(2, bt + b * 256, 64);
-      _tile_loadd(3, a + 512, 64);
-      _tile_loadd(4, bt + (b + 1) * 256, 64);
-      _tile_dpbf16ps(0, 1, 2);
-      _tile_dpbf16ps(0, 3, 4);
-    }
-    _tile_stored(0, c, 64);
-    for (int r = 0; r < 16 && n0 + r < n; ++r)
-      for (int64_t m = 0; m < rows; ++m) y[m * n + n0 + r] = c[r * 16 + m];
-  }
-}
-
-template <bool Q8>
-void amx_all(const uint16_t* xp, const uint8_t* levels, const float* dm, float* y, int64_t rows, int64_t k,
-             int64_t n) {
-  // x^T in tile order: bt[pair][m] = the two bf16 of xp row m at that pair; rows past x stay zero.
-  std::vector<uint32_t> bt(k / 2 * 16, 0);
-  const auto* xp32 = reinterpret_cast<const uint32_t*>(xp);
-  for (int64_t m = 0; m < rows; ++m)
-    for (int64_t pair = 0; pair < k / 2; ++pair) bt[pair * 16 + m] = xp32[m * (k / 2) + pair];
-  at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t g0, int64_t g1) {
-    TileConfig config;  // tile configuration is per thread
-    for (int t = 0; t < 5; ++t) {
-      config.rows[t] = 16;
-      config.colsb[t] = 64;
-    }
-    _tile_loadconfig(&config);
-    amx_groups<Q8>(levels, dm, bt.data(), y, g0, g1, rows, k, n);
-    _tile_release();
-  });
-}
-
-constexpr int64_t kRegisterRows = 2;  // up to here registers beat AMX (bench/NOTES.md, session 4)
-
-int64_t max_rows(bool amx) { return amx && amx_available() ? 16 : 4; }
-
-template <bool Q8>
-void multiply(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, int64_t rows, int64_t k,
-              int64_t n, bool amx) {
-  if (rows > kRegisterRows && amx && amx_available()) {
-    amx_all<Q8>(xs, q, s, ys, rows, k, n);
-    return;
-  }
-  switch (rows) {
-    case 1: dot_all<Q8, 1>(q, s, xs, ys, k, n); break;
-    case 2: dot_all<Q8, 2>(q, s, xs, ys, k, n); break;
-    case 3: dot_all<Q8, 3>(q, s, xs, ys, k, n); break;
-    default: dot_all<Q8, 4>(q, s, xs, ys, k, n); break;
-  }
-}
 
 // levels: uint8 [n, k / 2] of Q4 nibbles, or int8 [n, k] of Q8_0 levels; dm: (d, m) per block, m = 0 for Q8_0.
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Tensor& dm,
@@ -214,10 +37,11 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Te
 }
 
 }  // namespace
+}  // namespace mooncake_q4
 
 TORCH_LIBRARY(mooncake_q4, m) {
   m.def("q4_linear(Tensor x, Tensor levels, Tensor dm, Tensor? bias, bool amx) -> Tensor");
-  m.def("max_rows(bool amx) -> int", &max_rows);
+  m.def("max_rows(bool amx) -> int", &mooncake_q4::max_rows);
 }
 
-TORCH_LIBRARY_IMPL(mooncake_q4, CPU, m) { m.impl("q4_linear", &q4_linear); }
+TORCH_LIBRARY_IMPL(mooncake_q4, CPU, m) { m.impl("q4_linear", &mooncake_q4::q4_linear); }

@@ -1,0 +1,241 @@
+// decode_layers: every decoder layer of a small decode batch (1 to max_rows sequences, one new token each) in
+// one call, for a Llama-family model whose projections all read a GGUF's Q4 blocks (fused_decode.py).
+//
+// At batch 1 a step is about 8 ms of weight reads and, through Python and the dispatcher, about 6 ms more
+// of per-operator overhead over 30 layers x ~25 ops (bench/NOTES.md). Here the whole layer stack is plain
+// loops around the same Q4 kernels, with the same bf16 rounding points as the module path: RMSNorm in fp32
+// rounded to bf16 before the weight; every projection, the rotary products and sums, the residual adds,
+// SiLU and the gate product rounded to bf16. Attention reads K/V in place through the block tables and
+// accumulates in fp32, as CPU SDPA does for bf16 (only the summation order differs).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "q4_kernels.h"
+
+namespace mooncake_q4 {
+namespace {
+
+using bf16 = c10::BFloat16;
+
+inline float round_bf16(float x) { return static_cast<float>(bf16(x)); }
+
+inline const uint16_t* bits(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
+
+// 16 bf16 -> 16 fp32 (exact), and back rounded to nearest even (as c10::BFloat16 rounds). Every width here
+// (hidden size, head_dim, intermediate size) is a multiple of 16; decode_layers checks it.
+inline __m512 load16(const bf16* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+inline void store16(bf16* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+inline __m512 rounded(__m512 v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
+}
+
+// out = bf16(w * bf16(x * rsqrt(mean(x^2) + eps))), as RMSNorm in layers.py.
+void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t n, float eps) {
+  for (int64_t m = 0; m < rows; ++m) {
+    const bf16* xm = x + m * n;
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m512 v = load16(xm + i);
+      sum = _mm512_fmadd_ps(v, v, sum);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(sum) / n + eps));
+    for (int64_t i = 0; i < n; i += 16)
+      store16(out + m * n + i, _mm512_mul_ps(load16(w + i), rounded(_mm512_mul_ps(load16(xm + i), inv))));
+  }
+}
+
+// Scratch for one call: the permuted activations and the fp32 product of the widest projection.
+struct Scratch {
+  std::vector<uint16_t> xp;
+  std::vector<float> y;
+};
+
+// out[rows, n] = bf16(x[rows, k] @ W^T) through the Q4 blocks.
+void project(const bf16* x, const at::Tensor& levels, const at::Tensor& dm, bf16* out, int64_t rows, int64_t k,
+             bool amx, Scratch& scratch) {
+  const int64_t n = levels.size(0);
+  permute_x(bits(x), scratch.xp.data(), rows, k);
+  multiply<false>(scratch.xp.data(), reinterpret_cast<const uint8_t*>(levels.data_ptr()), dm.data_ptr<float>(),
+                  scratch.y.data(), rows, k, n, amx);
+  for (int64_t i = 0; i < rows * n; i += 16) store16(out + i, _mm512_loadu_ps(scratch.y.data() + i));
+}
+
+// In place on [heads, d] of one token: x * cos + rotate_half(x) * sin, each product and the sum in bf16.
+void rotate(bf16* x, const bf16* cos, const bf16* sin, int64_t heads, int64_t d) {
+  const int64_t half = d / 2;
+  const __m512 sign = _mm512_set1_ps(-1.0f);
+  alignas(64) bf16 row[512];
+  for (int64_t h = 0; h < heads; ++h) {
+    bf16* v = x + h * d;
+    std::copy(v, v + d, row);
+    for (int64_t i = 0; i < d; i += 16) {
+      const __m512 rotated =
+          i < half ? _mm512_mul_ps(sign, load16(row + i + half)) : load16(row + i - half);
+      const __m512 a = rounded(_mm512_mul_ps(load16(row + i), load16(cos + i)));
+      const __m512 b = rounded(_mm512_mul_ps(rotated, load16(sin + i)));
+      store16(v + i, _mm512_add_ps(a, b));
+    }
+  }
+}
+
+struct Shape {
+  int64_t heads, kv_heads, head_dim, block_size;
+  float scale;
+};
+
+// Each (row, head): softmax(q k^T * scale) v over the row's context, in fp32, K/V read through its blocks.
+void attend(const bf16* q, const bf16* k_cache, const bf16* v_cache, const int32_t* tables, int64_t width,
+            const int64_t* lengths, bf16* out, int64_t rows, const Shape& s) {
+  const int64_t group = s.heads / s.kv_heads, d = s.head_dim;
+  at::parallel_for(0, rows * s.heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    __m512 query[32], acc[32];  // head_dim <= 512
+    const int64_t lanes = d / 16;
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t m = job / s.heads, h = job % s.heads, kvh = h / group, length = lengths[m];
+      for (int64_t i = 0; i < lanes; ++i) query[i] = load16(q + (m * s.heads + h) * d + 16 * i);
+      scores.resize(length);
+      float top = -INFINITY;
+      for (int64_t t = 0; t < length; ++t) {
+        const int64_t slot = static_cast<int64_t>(tables[m * width + t / s.block_size]) * s.block_size +
+                             t % s.block_size;
+        const bf16* key = k_cache + (slot * s.kv_heads + kvh) * d;
+        __m512 dot = _mm512_mul_ps(query[0], load16(key));
+        for (int64_t i = 1; i < lanes; ++i) dot = _mm512_fmadd_ps(query[i], load16(key + 16 * i), dot);
+        scores[t] = _mm512_reduce_add_ps(dot) * s.scale;
+        top = std::max(top, scores[t]);
+      }
+      float total = 0;
+      for (int64_t t = 0; t < length; ++t) total += scores[t] = std::exp(scores[t] - top);
+      for (int64_t i = 0; i < lanes; ++i) acc[i] = _mm512_setzero_ps();
+      for (int64_t t = 0; t < length; ++t) {
+        const int64_t slot = static_cast<int64_t>(tables[m * width + t / s.block_size]) * s.block_size +
+                             t % s.block_size;
+        const bf16* value = v_cache + (slot * s.kv_heads + kvh) * d;
+        const __m512 p = _mm512_set1_ps(scores[t] / total);
+        for (int64_t i = 0; i < lanes; ++i) acc[i] = _mm512_fmadd_ps(p, load16(value + 16 * i), acc[i]);
+      }
+      for (int64_t i = 0; i < lanes; ++i) store16(out + (m * s.heads + h) * d + 16 * i, acc[i]);
+    }
+  });
+}
+
+void add_into(bf16* h, const bf16* delta, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) store16(h + i, _mm512_add_ps(load16(h + i), load16(delta + i)));
+}
+
+// norms: per layer (input, post-attention); levels/dms: per layer (qkv, o, gate_up, down).
+at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
+                         const at::Tensor& slots, const at::Tensor& block_tables, const at::Tensor& context_lens,
+                         at::TensorList k_caches, at::TensorList v_caches, at::TensorList norms,
+                         at::TensorList levels, at::TensorList dms, int64_t num_heads, int64_t num_kv_heads,
+                         double eps, double scale, bool amx) {
+  const int64_t layers = static_cast<int64_t>(k_caches.size());
+  TORCH_CHECK(hidden.dim() == 2 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous(),
+              "hidden must be contiguous 2-D bf16");
+  const int64_t rows = hidden.size(0), width = hidden.size(1);
+  TORCH_CHECK(rows >= 1 && rows <= max_rows(amx), "1 to ", max_rows(amx), " rows, got ", rows);
+  TORCH_CHECK(v_caches.size() == k_caches.size() && norms.size() == 2 * k_caches.size() &&
+                  levels.size() == 4 * k_caches.size() && dms.size() == levels.size(),
+              "per layer: one K and V cache, two norms, four projections");
+  TORCH_CHECK(slots.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong &&
+                  block_tables.scalar_type() == at::kInt && block_tables.is_contiguous() &&
+                  slots.numel() == rows && context_lens.numel() == rows && block_tables.size(0) == rows,
+              "slots and context_lens int64 [rows], block_tables int32 [rows, width]");
+  const int64_t head_dim = k_caches[0].size(3);
+  const int64_t q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
+  const int64_t inter = levels[2].size(0) / 2;
+  TORCH_CHECK(width % 16 == 0 && head_dim % 32 == 0 && head_dim <= 512 && inter % 16 == 0,
+              "hidden and intermediate sizes must be multiples of 16, head_dim of 32 up to 512");
+  TORCH_CHECK(cos.scalar_type() == at::kBFloat16 && cos.is_contiguous() && sin.is_contiguous() &&
+                  cos.size(0) == rows && cos.size(1) == head_dim,
+              "cos/sin must be contiguous bf16 [rows, head_dim]");
+  for (int64_t l = 0; l < layers; ++l) {
+    TORCH_CHECK(k_caches[l].scalar_type() == at::kBFloat16 && k_caches[l].is_contiguous() &&
+                    v_caches[l].is_contiguous() && k_caches[l].size(2) == num_kv_heads,
+                "caches must be contiguous bf16 [blocks, block_size, kv_heads, head_dim]");
+    TORCH_CHECK(levels[4 * l].size(0) == q_size + 2 * kv_size && levels[4 * l + 1].size(0) == width &&
+                    levels[4 * l + 2].size(0) == 2 * inter && levels[4 * l + 3].size(0) == width,
+                "projection shapes do not match the model");
+    for (int64_t p = 0; p < 4; ++p)
+      TORCH_CHECK(levels[4 * l + p].scalar_type() == at::kByte && levels[4 * l + p].is_contiguous() &&
+                      dms[4 * l + p].scalar_type() == at::kFloat && dms[4 * l + p].is_contiguous(),
+                  "projections must be Q4 blocks (uint8 levels, float32 (d, m))");
+  }
+  const Shape shape{num_heads, num_kv_heads, head_dim, k_caches[0].size(1), static_cast<float>(scale)};
+  const int64_t blocks_in_cache = k_caches[0].size(0);
+  const auto* slot = slots.data_ptr<int64_t>();
+  const auto* length = context_lens.data_ptr<int64_t>();
+  const int64_t table_width = block_tables.size(1);
+  for (int64_t m = 0; m < rows; ++m) {
+    TORCH_CHECK(slot[m] >= 0 && slot[m] < blocks_in_cache * shape.block_size, "slot out of the cache");
+    TORCH_CHECK(length[m] >= 1 && length[m] <= table_width * shape.block_size, "context longer than its table");
+  }
+  const auto* tables = block_tables.data_ptr<int32_t>();
+  for (int64_t i = 0; i < rows * table_width; ++i)
+    TORCH_CHECK(tables[i] >= 0 && tables[i] < blocks_in_cache, "block table entry out of the cache");
+
+  at::Tensor h = hidden.clone();
+  auto* hp = h.data_ptr<bf16>();
+  const int64_t widest = std::max({q_size + 2 * kv_size, 2 * inter, width});
+  std::vector<bf16> normed(rows * width), qkv(rows * (q_size + 2 * kv_size)), attn(rows * q_size);
+  std::vector<bf16> delta(rows * width), gate_up(rows * 2 * inter), act(rows * inter);
+  Scratch scratch{std::vector<uint16_t>(rows * std::max(inter, std::max(width, q_size))),
+                  std::vector<float>(rows * widest)};
+  std::vector<bf16> q(rows * q_size);
+  const auto* cos_p = cos.data_ptr<bf16>();
+  const auto* sin_p = sin.data_ptr<bf16>();
+  for (int64_t l = 0; l < layers; ++l) {
+    auto* kc = k_caches[l].data_ptr<bf16>();
+    auto* vc = v_caches[l].data_ptr<bf16>();
+    rms_norm(hp, norms[2 * l].data_ptr<bf16>(), normed.data(), rows, width, static_cast<float>(eps));
+    project(normed.data(), levels[4 * l], dms[4 * l], qkv.data(), rows, width, amx, scratch);
+    for (int64_t m = 0; m < rows; ++m) {
+      bf16* token = qkv.data() + m * (q_size + 2 * kv_size);
+      // Q and K heads sit side by side: one rotary pass over both, as decoder.py does.
+      rotate(token, cos_p + m * head_dim, sin_p + m * head_dim, num_heads + num_kv_heads, head_dim);
+      std::copy(token, token + q_size, q.data() + m * q_size);
+      std::copy(token + q_size, token + q_size + kv_size, kc + slot[m] * kv_size);
+      std::copy(token + q_size + kv_size, token + q_size + 2 * kv_size, vc + slot[m] * kv_size);
+    }
+    attend(q.data(), kc, vc, tables, table_width, length, attn.data(), rows, shape);
+    project(attn.data(), levels[4 * l + 1], dms[4 * l + 1], delta.data(), rows, q_size, amx, scratch);
+    add_into(hp, delta.data(), rows * width);
+    rms_norm(hp, norms[2 * l + 1].data_ptr<bf16>(), normed.data(), rows, width, static_cast<float>(eps));
+    project(normed.data(), levels[4 * l + 2], dms[4 * l + 2], gate_up.data(), rows, width, amx, scratch);
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t i = 0; i < inter; ++i) {
+        const float gate = static_cast<float>(gate_up[m * 2 * inter + i]);
+        const float silu = round_bf16(gate / (1.0f + std::exp(-gate)));
+        act[m * inter + i] = bf16(silu * static_cast<float>(gate_up[m * 2 * inter + inter + i]));
+      }
+    project(act.data(), levels[4 * l + 3], dms[4 * l + 3], delta.data(), rows, inter, amx, scratch);
+    add_into(hp, delta.data(), rows * width);
+  }
+  return h;
+}
+
+}  // namespace
+}  // namespace mooncake_q4
+
+TORCH_LIBRARY_FRAGMENT(mooncake_q4, m) {
+  m.def(
+      "decode_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor slots, Tensor block_tables, "
+      "Tensor context_lens, Tensor[] k_caches, Tensor[] v_caches, Tensor[] norms, Tensor[] levels, "
+      "Tensor[] dms, int num_heads, int num_kv_heads, float eps, float scale, bool amx) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(mooncake_q4, CPU, m) { m.impl("decode_layers", &mooncake_q4::decode_layers); }

@@ -1,0 +1,117 @@
+"""Small decode batches through every decoder layer in one native call (csrc/decode_layers.cpp).
+
+At batch 1 on CPU a step is bound by reading the Q4 weights once, but through the module path another
+~40% went to per-operator overhead: 30 layers x ~25 PyTorch ops, each a Python call and a dispatch
+(bench/NOTES.md). Where every projection of a Llama-family model reads a GGUF's Q4 blocks (GGUFDecodeMethod)
+and the model has no biases or q/k norms, a decode-only step of up to `max_rows` sequences runs its layer
+stack in C++ around the same Q4 kernels, with the same bf16 rounding points; the embedding, rotary tables,
+final norm and head stay in PyTorch. Anything else (prefill, larger batches, other models, GPU) keeps the
+module path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from inference.models.decoder import DecoderForCausalLM
+from inference.models.linear_method import GGUFDecodeMethod
+from inference.models.q4_decode import Q4Kernel
+
+
+@dataclass(slots=True)
+class FusedDecode:
+    """The layer weights and caches as decode_layers takes them, gathered once the cache is bound."""
+
+    model: DecoderForCausalLM
+    kernel: Q4Kernel
+    norms: list[torch.Tensor]
+    levels: list[torch.Tensor]
+    dms: list[torch.Tensor]
+    k_caches: list[torch.Tensor]
+    v_caches: list[torch.Tensor]
+
+    @property
+    def max_rows(self) -> int:
+        return self.kernel.max_rows
+
+    @classmethod
+    def build(cls, model: DecoderForCausalLM) -> FusedDecode | None:
+        """The fused path for `model`, or None where any layer cannot take it."""
+        args = model.args
+        if args.qkv_bias or args.o_bias or args.mlp_bias or args.qk_norm:
+            return None
+        if args.hidden_size % 16 or args.intermediate_size % 16 or args.head_dim % 32 or args.head_dim > 512:
+            return None  # the native loops take whole 16-lane vectors
+        norms: list[torch.Tensor] = []
+        levels: list[torch.Tensor] = []
+        dms: list[torch.Tensor] = []
+        kernel: Q4Kernel | None = None
+        k_caches: list[torch.Tensor] = []
+        v_caches: list[torch.Tensor] = []
+        for layer in model.decoder_layers():
+            attn, mlp = layer.self_attn, layer.mlp
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                if norm.weight.dtype != torch.bfloat16 or norm.weight.device.type != "cpu":
+                    return None
+                norms.append(norm.weight.detach().contiguous())
+            for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
+                method = linear.method
+                if not isinstance(method, GGUFDecodeMethod) or method.weight.levels.dtype != torch.uint8:
+                    return None
+                kernel = method.kernel
+                levels.append(method.weight.levels)
+                dms.append(method.weight.dm)
+            cache = attn.attn
+            if cache.k_cache.dtype != torch.bfloat16 or cache.k_cache.dim() != 4:
+                return None
+            k_caches.append(cache.k_cache)
+            v_caches.append(cache.v_cache)
+        if kernel is None:
+            return None
+        return cls(model, kernel, norms, levels, dms, k_caches, v_caches)
+
+    @torch.inference_mode()
+    def run(
+        self,
+        input_ids: np.ndarray,
+        positions: np.ndarray,
+        slots: np.ndarray,
+        block_tables: list[list[int]],
+        context_lens: list[int],
+    ) -> torch.Tensor:
+        """The final-normed hidden states [rows, hidden] of one decode-only step (one token per row)."""
+        model, args = self.model, self.model.args
+        ids = torch.from_numpy(input_ids)
+        h = model.model.embed_tokens(ids).contiguous()
+        cos, sin = model.rotary.cos_sin(torch.from_numpy(positions), h.dtype)
+        width = max(-(-length // self._block_size) for length in context_lens)
+        table = np.zeros((len(block_tables), width), dtype=np.int32)
+        for row, (blocks, length) in enumerate(zip(block_tables, context_lens, strict=True)):
+            used = -(-length // self._block_size)
+            table[row, :used] = blocks[:used]
+        h = torch.ops.mooncake_q4.decode_layers(
+            h,
+            cos.contiguous(),
+            sin.contiguous(),
+            torch.from_numpy(slots),
+            torch.from_numpy(table),
+            torch.tensor(context_lens, dtype=torch.int64),
+            self.k_caches,
+            self.v_caches,
+            self.norms,
+            self.levels,
+            self.dms,
+            args.num_heads,
+            args.num_kv_heads,
+            args.rms_norm_eps,
+            args.head_dim**-0.5,
+            self.kernel.amx,
+        )
+        return model.model.norm(h)
+
+    @property
+    def _block_size(self) -> int:
+        return int(self.k_caches[0].shape[1])

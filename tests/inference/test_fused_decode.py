@@ -1,0 +1,134 @@
+"""Small decode steps run every decoder layer in one native call, and agree with the module path."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from inference import LLMEngine, SamplingParams
+from inference.loader import LoadedModel, load_model
+from inference.model_io import ScheduledChunk
+from inference.model_runner import ModelRunner
+from inference.models import DecoderForCausalLM, kernel_build
+from inference.models.fused_decode import FusedDecode
+from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
+
+pytestmark = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the Q4 kernels need AVX512-BF16")
+
+
+@pytest.fixture(scope="module")
+def bf16_model(test_cache_dir: Path) -> LoadedModel:
+    return load_model("default", dtype="bfloat16", device="cpu", cache_dir=test_cache_dir)
+
+
+def decoder(loaded: LoadedModel) -> DecoderForCausalLM:
+    assert isinstance(loaded.model, DecoderForCausalLM)
+    return loaded.model
+
+
+def runner_of(engine: LLMEngine) -> ModelRunner:
+    assert isinstance(engine.runner, ModelRunner)
+    return engine.runner
+
+
+def decode_chunks(engine: LLMEngine, num_prompts: int, steps: int) -> list[ScheduledChunk]:
+    """The chunks of a decode-only step, after `steps` steps of `num_prompts` greedy chat prompts."""
+    for prompt in prompts(engine.tokenizer)[-num_prompts:]:
+        engine.add_request(None, prompt, SamplingParams(temperature=0, max_tokens=64))
+    for _ in range(steps):
+        engine.step()
+    chunks = engine.scheduler.schedule().chunks
+    assert len(chunks) == num_prompts and all(c.num_tokens == 1 for c in chunks)
+    return chunks
+
+
+@pytest.mark.parametrize("num_seqs", [1, 3])
+def test_a_decode_step_takes_the_native_layers_and_agrees_with_the_modules(
+    bf16_model: LoadedModel, num_seqs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=num_seqs)
+    runner = runner_of(engine)
+    fused = runner.fused_decode
+    assert fused is not None and fused.max_rows >= num_seqs
+    calls: list[int] = []
+    original = FusedDecode.run
+
+    def counted(self: FusedDecode, ids: np.ndarray, *rest: Any) -> torch.Tensor:
+        calls.append(len(ids))
+        return original(self, ids, *rest)
+
+    monkeypatch.setattr(FusedDecode, "run", counted)
+    chunks = decode_chunks(engine, num_seqs, steps=12)
+    assert num_seqs in calls  # the engine's own decode steps went through it
+    native = runner.execute(chunks).last
+    runner.fused_decode = None
+    modules = runner.execute(chunks).last  # rewrites the same slots with the module path's K/V
+    runner.fused_decode = fused
+    # The same weights and bf16 rounding points; only summation orders differ. A wrong head, rotary or
+    # cache index moves logits by whole units, where this stays within a few bf16 steps of ~20.
+    assert (native - modules).abs().max().item() < 1.0
+    picks = native.argmax(-1)
+    below_top = modules.max(-1).values - modules.gather(1, picks[:, None]).squeeze(1)
+    assert below_top.max().item() < 0.5
+
+
+@pytest.mark.slow
+@torch.inference_mode()
+def test_greedy_picks_through_the_native_layers_stay_on_what_fp32_ranks_first(
+    bf16_model: LoadedModel, hf_reference: torch.nn.Module
+) -> None:
+    """The same bound as the module path's (test_q4_decode): within 0.25 of fp32's top logit."""
+    all_prompts = prompts(bf16_model.tokenizer)
+    engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=3)
+    assert runner_of(engine).fused_decode is not None
+    outputs = engine.generate(all_prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))
+    worst = worst_gap_to_fp32(hf_reference, all_prompts, outputs)
+    assert worst < 0.25, f"a pick {worst:.3f} below fp32's top"
+
+
+def test_only_bias_free_models_with_q4_blocks_take_it(
+    bf16_model: LoadedModel, default_loaded: LoadedModel
+) -> None:
+    assert FusedDecode.build(decoder(default_loaded)) is None  # fp32 from the folder: no Q4 blocks
+    model = decoder(bf16_model)
+    make_engine(bf16_model, dtype="bfloat16", max_num_seqs=1)  # binds a cache
+    args = model.args
+    assert FusedDecode.build(model) is not None
+    try:
+        for flag in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm"):
+            flags: dict[str, Any] = {flag: True}
+            model.args = replace(args, **flags)
+            assert FusedDecode.build(model) is None, flag
+    finally:
+        model.args = args
+
+
+def test_indexes_outside_the_cache_are_refused_before_any_read(bf16_model: LoadedModel) -> None:
+    engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=1)
+    fused = runner_of(engine).fused_decode
+    assert fused is not None
+    blocks, block_size = fused.k_caches[0].shape[:2]
+    model = decoder(bf16_model)
+    hidden = model.model.embed_tokens(torch.tensor([1]))
+    args = model.args
+    trig = torch.zeros(1, args.head_dim, dtype=torch.bfloat16)
+
+    def call(slot: int, table: list[int], length: int) -> torch.Tensor:
+        return torch.ops.mooncake_q4.decode_layers(
+            hidden.contiguous(), trig, trig, torch.tensor([slot]), torch.tensor([table], dtype=torch.int32),
+            torch.tensor([length]), fused.k_caches, fused.v_caches, fused.norms, fused.levels, fused.dms,
+            args.num_heads, args.num_kv_heads, 1e-5, 0.125, fused.kernel.amx,
+        )  # fmt: skip
+
+    assert call(0, [0], 1).shape == hidden.shape
+    with pytest.raises(RuntimeError, match="slot out of the cache"):
+        call(blocks * block_size, [0], 1)
+    with pytest.raises(RuntimeError, match="block table entry out of the cache"):
+        call(0, [blocks], 1)
+    with pytest.raises(RuntimeError, match="context longer than its table"):
+        call(0, [0], block_size + 1)
