@@ -9,8 +9,8 @@
 // Blocks go in pairs. For blocks b and b+1 the 32 bytes of levels give A = [b 0..15 | b+1 0..15] (low
 // nibbles) and B = [b 16..31 | b+1 16..31] (high nibbles); x is permuted into the same order once a call.
 //
-// Up to 2 rows (4 without AMX) multiply in AVX512-BF16 registers. 3-16 rows go through AMX: 16 weight rows'
-// block pair is expanded into two 16x32 bf16 tiles, and x^T, in the same order and in AMX's pair-interleaved
+// Up to 2 rows (8 without AMX: groups of 8, 4 and the rest) multiply in AVX512-BF16 registers. 3-16 rows go
+// through AMX: 16 weight rows' block pair is expanded into two 16x32 bf16 tiles, and x^T, in the same order and in AMX's pair-interleaved
 // layout, is the other operand; one tile multiply-add then serves all the activation rows.
 #pragma once
 
@@ -169,7 +169,19 @@ void amx_all(const uint16_t* xp, const uint8_t* levels, const float* dm, float* 
 
 inline constexpr int64_t kRegisterRows = 2;  // up to here registers beat AMX (bench/NOTES.md, session 4)
 
-inline int64_t max_rows(bool amx) { return amx && amx_available() ? 16 : 4; }
+inline int64_t max_rows(bool amx) { return amx && amx_available() ? 16 : 8; }
+
+template <bool Q8>
+void register_rows(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, int64_t rows, int64_t k,
+                   int64_t n) {
+  switch (rows) {
+    case 1: dot_all<Q8, 1>(q, s, xs, ys, k, n); break;
+    case 2: dot_all<Q8, 2>(q, s, xs, ys, k, n); break;
+    case 3: dot_all<Q8, 3>(q, s, xs, ys, k, n); break;
+    case 4: dot_all<Q8, 4>(q, s, xs, ys, k, n); break;
+    default: dot_all<Q8, 8>(q, s, xs, ys, k, n); break;
+  }
+}
 
 template <bool Q8>
 void multiply(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, int64_t rows, int64_t k,
@@ -178,11 +190,13 @@ void multiply(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, i
     amx_all<Q8>(xs, q, s, ys, rows, k, n);
     return;
   }
-  switch (rows) {
-    case 1: dot_all<Q8, 1>(q, s, xs, ys, k, n); break;
-    case 2: dot_all<Q8, 2>(q, s, xs, ys, k, n); break;
-    case 3: dot_all<Q8, 3>(q, s, xs, ys, k, n); break;
-    default: dot_all<Q8, 4>(q, s, xs, ys, k, n); break;
+  // Groups of 8 rows share each expanded block pair (16 in one group measured slower: bench/NOTES.md); a
+  // rest of 5-7 goes as 4 and the remainder.
+  for (int64_t done = 0; done < rows;) {
+    const int64_t left = rows - done;
+    const int64_t group = left >= 8 ? 8 : (left > 4 ? 4 : left);
+    register_rows<Q8>(xs + done * k, q, s, ys + done * n, group, k, n);
+    done += group;
   }
 }
 
