@@ -5,8 +5,8 @@ projections the kernel (csrc/q4_decode.cpp) reads the 4-bit levels plus a (d, m)
 per 8 weights against bf16's 16, and expands each block in registers to bf16(d * q + m): exactly the bf16
 weights the dequantized model holds. `matches` checks that bit for bit before a projection takes the path,
 so this changes speed, not weights; only the fp32 accumulation order differs from oneDNN's packed product.
-Batches of up to 16 rows take it where the CPU has AMX and the config allows it (8 with AVX512-BF16
-alone); larger ones, prefill among them, stay on oneDNN's packed bf16 weights (linear_method.py).
+Batches of up to 16 rows take it (AMX tiles where the CPU has them and the config allows it, else
+AVX512-BF16 registers); larger ones, prefill among them, stay on oneDNN's packed bf16 weights (linear_method.py).
 
 The kernel is built at install time or on first use (kernel_build.py) into the cache directory the caller
 passes. Without AVX512-BF16 or a compiler, or with EngineConfig.q4_decode off, every batch stays on the

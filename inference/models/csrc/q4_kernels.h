@@ -9,7 +9,7 @@
 // Blocks go in pairs. For blocks b and b+1 the 32 bytes of levels give A = [b 0..15 | b+1 0..15] (low
 // nibbles) and B = [b 16..31 | b+1 16..31] (high nibbles); x is permuted into the same order once a call.
 //
-// Up to 2 rows (8 without AMX: groups of 8, 4 and the rest) multiply in AVX512-BF16 registers. 3-16 rows go
+// Up to 2 rows (16 without AMX: groups of 8, 4 and the rest) multiply in AVX512-BF16 registers. 3-16 rows go
 // through AMX: 16 weight rows' block pair is expanded into two 16x32 bf16 tiles, and x^T, in the same order and in AMX's pair-interleaved
 // layout, is the other operand; one tile multiply-add then serves all the activation rows.
 #pragma once
@@ -169,7 +169,8 @@ void amx_all(const uint16_t* xp, const uint8_t* levels, const float* dm, float* 
 
 inline constexpr int64_t kRegisterRows = 2;  // up to here registers beat AMX (bench/NOTES.md, session 4)
 
-inline int64_t max_rows(bool amx) { return amx && amx_available() ? 16 : 8; }
+// Either way 16: AMX tiles, or register groups of 8 (at 16 rows still well under oneDNN's packed bf16 step here).
+inline int64_t max_rows(bool) { return 16; }
 
 template <bool Q8>
 void register_rows(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, int64_t rows, int64_t k,
