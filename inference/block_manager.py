@@ -142,18 +142,19 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Release seq's blocks; hashed ones stay reusable. Tail first, so it is evicted first."""
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            if block.ref_count <= 0:
-                raise ValueError(f"double free of block {block_id} by {seq!r}")
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                if block.hash == _NO_HASH:
-                    self._free.append(block_id)
-                else:
-                    self._evictable[block_id] = None
+            self._release(block_id, seq)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_computed_tokens = 0
+
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Free seq's blocks past the first num_tokens positions (ones reserved for rejected drafts).
+
+        Never below its computed tokens: those blocks hold KV that is final, and may be hashed.
+        """
+        keep = self.blocks_for(max(num_tokens, seq.num_computed_tokens))
+        while len(seq.block_table) > keep:
+            self._release(seq.block_table.pop(), seq)
 
     def reset_prefix_cache(self) -> None:
         for block_id in list(self._evictable):
@@ -165,6 +166,17 @@ class BlockManager:
     def _grow(self, seq: Sequence, num_tokens: int) -> None:
         while len(seq.block_table) < self.blocks_for(num_tokens):
             seq.block_table.append(self._fresh())
+
+    def _release(self, block_id: int, seq: Sequence) -> None:
+        block = self.blocks[block_id]
+        if block.ref_count <= 0:
+            raise ValueError(f"double free of block {block_id} by {seq!r}")
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            if block.hash == _NO_HASH:
+                self._free.append(block_id)
+            else:
+                self._evictable[block_id] = None
 
     def _take(self, block_id: int) -> None:
         block = self.blocks[block_id]

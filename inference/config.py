@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.speculative_config import SpeculativeConfig
+
 # The choice lists, defined once: validation here, the attention selector and the console's forms use them.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -175,10 +177,17 @@ class EngineConfig:
     # web layer looks it up on PATH. The engine package reads no environment, so it is given the path.
     executable: str | None = None
     startup_timeout: float = 900.0  # seconds its server may take to answer /health (large models load slowly)
+    # n-gram speculative decoding (native only); a mapping in mooncake.yaml, None: off.
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         # Build the groups once so a bad value fails at construction, not at load time.
         self._check_engine_type()
+        self.speculative = SpeculativeConfig.from_value(self.speculative)  # a mapping when built from yaml
+        if self.speculative is not None and self.engine_type != "native":
+            raise ValueError(
+                f"speculative applies to engine type 'native' only (type is {self.engine_type!r})"
+            )
         self.model_config()
         self.cache_config()
         if self.cpu_threads is not None:
@@ -322,6 +331,8 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         if optional:
             return None
         raise ValueError(f"{name} must not be empty")
+    if base is SpeculativeConfig:
+        return SpeculativeConfig.from_value(value)  # its own errors name the key that is wrong
     try:
         if base is bool:
             if isinstance(value, str):

@@ -25,6 +25,7 @@ from inference.sampler import Sampler
 from inference.sampling_params import SamplingParams
 from inference.scheduler import Scheduler, SchedulerOutput
 from inference.sequence import Sequence, SequenceStatus
+from inference.speculative import Drafter
 from inference.step_isolation import execute_isolating, sample_isolating
 from inference.tokenization import TextProcessor
 
@@ -73,7 +74,8 @@ class LLMEngine:
         block_manager = BlockManager(
             runner.num_blocks, runner.block_size, enable_prefix_caching=config.enable_prefix_caching
         )
-        self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), block_manager)
+        drafter = Drafter(config.speculative, self.max_model_len) if config.speculative is not None else None
+        self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), block_manager, drafter)
         self.sampler = Sampler(eos_token_ids=self.eos_token_ids, seed=config.seed)
         self.metrics = MetricsCollector(record_step_timings=config.record_step_timings)
         self._logprobs = LogprobBuilder(self.tokenizer)
@@ -254,10 +256,14 @@ class LLMEngine:
         touched: dict[str, Request] = {}
         if logits is not None:
             self._collect_prompt_logprobs(scheduled, logits)
+            drafted = scheduled.drafts
             rows = [i for i, finished_chunk in enumerate(done) if finished_chunk]
-            if rows:
-                last = logits.last if len(rows) == len(done) else logits.last[rows]
-                touched = self._sample([scheduled.seqs[i] for i in rows], last, now)
+            plain = [i for i in rows if scheduled.seqs[i].seq_id not in drafted]
+            if plain:
+                last = logits.last if len(plain) == len(done) else logits.last[plain]
+                touched = self._sample([scheduled.seqs[i] for i in plain], last, now)
+            if len(plain) < len(rows):
+                touched.update(self._verify([i for i in rows if i not in plain], scheduled, logits, now))
         outputs, self._pending = self._pending, []
         for request in touched.values():
             if request.request_id not in self._requests:
@@ -282,6 +288,34 @@ class LLMEngine:
             try:
                 self._append_token(request, seq, token_id, lps, now)
             except Exception as exc:  # detokenizing or a stop check: this request alone
+                self.fail_request(request.request_id, exc)
+                continue
+            touched[request.request_id] = request
+        return touched
+
+    def _verify(
+        self, rows: list[int], scheduled: SchedulerOutput, logits: StepLogits, now: float
+    ) -> dict[str, Request]:
+        """Verify drafted rows and append what each emits, token by token through the plain path, so stops
+        and lengths end it exactly where they would without drafts; the rest is dropped."""
+        touched: dict[str, Request] = {}
+        for i in rows:
+            seq = scheduled.seqs[i]
+            request = self._requests.get(seq.request_id)
+            if request is None:
+                continue
+            draft = scheduled.drafts[seq.seq_id]
+            try:
+                result = self.sampler.verify(logits.all_positions[i], seq, draft)
+                self.metrics.on_draft_verified(len(draft), len(result.token_ids) - 1)
+                for j, (token_id, lps) in enumerate(zip(result.token_ids, result.logprobs, strict=True)):
+                    if j:
+                        self.scheduler.accept_draft_token(seq)
+                    self._append_token(request, seq, token_id, lps, now)
+                    if seq.status.is_finished:
+                        break
+                self.scheduler.settle_drafts(seq)
+            except Exception as exc:
                 self.fail_request(request.request_id, exc)
                 continue
             touched[request.request_id] = request
@@ -323,6 +357,8 @@ class LLMEngine:
             request = self._requests.get(seq.request_id)
             if request is None or not chunk.return_all_logits or i not in logits.all_positions:
                 continue
+            if seq.seq_id in scheduled.drafts:
+                continue  # a draft's verification logits, not a prompt's
             try:
                 self._logprobs.collect_prompt(request, seq, chunk, logits.all_positions[i])
             except Exception as exc:

@@ -66,6 +66,10 @@ class EngineStats:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     requests_total: int = 0
+    # n-gram speculation (vLLM's spec_decode counters): verified drafts, their tokens, the accepted ones.
+    spec_decode_num_drafts: int = 0
+    spec_decode_num_draft_tokens: int = 0
+    spec_decode_num_accepted_tokens: int = 0
     finished_by_reason: dict[str, int] = field(default_factory=dict)
     ttft_samples: list[float] = field(default_factory=list)  # recent, seconds
     itl_samples: list[float] = field(default_factory=list)
@@ -73,6 +77,13 @@ class EngineStats:
     queue_time_samples: list[float] = field(default_factory=list)
     histograms: dict[str, Histogram] = field(default_factory=dict)  # ttft|itl|e2e_latency|queue_time
     step_timings: StepTimings | None = None  # only when the engine records them
+
+    @property
+    def spec_decode_acceptance_rate(self) -> float | None:
+        """Accepted draft tokens over drafted ones; None before any draft."""
+        if not self.spec_decode_num_draft_tokens:
+            return None
+        return self.spec_decode_num_accepted_tokens / self.spec_decode_num_draft_tokens
 
 
 class MetricsCollector:
@@ -83,6 +94,9 @@ class MetricsCollector:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.requests_total = 0
+        self.spec_decode_num_drafts = 0
+        self.spec_decode_num_draft_tokens = 0
+        self.spec_decode_num_accepted_tokens = 0
         self.finished_by_reason: dict[str, int] = {}
         self._recent: dict[str, deque[float]] = {
             name: deque(maxlen=RECENT_SAMPLES) for name in ("ttft", "itl", "e2e_latency", "queue_time")
@@ -97,6 +111,11 @@ class MetricsCollector:
     def observe(self, name: str, seconds: float) -> None:
         self._recent[name].append(seconds)
         self._histograms[name].observe(seconds)
+
+    def on_draft_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
+        self.spec_decode_num_drafts += 1
+        self.spec_decode_num_draft_tokens += num_draft_tokens
+        self.spec_decode_num_accepted_tokens += num_accepted
 
     def on_finished(self, reason: str) -> None:
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
@@ -130,6 +149,9 @@ class MetricsCollector:
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
             requests_total=self.requests_total,
+            spec_decode_num_drafts=self.spec_decode_num_drafts,
+            spec_decode_num_draft_tokens=self.spec_decode_num_draft_tokens,
+            spec_decode_num_accepted_tokens=self.spec_decode_num_accepted_tokens,
             finished_by_reason=dict(self.finished_by_reason),
             ttft_samples=list(self._recent["ttft"]),
             itl_samples=list(self._recent["itl"]),

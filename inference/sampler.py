@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inference.rejection_sampler import verify_greedy, verify_sampled
 from inference.sequence import Sequence
 
 _TOP_P_OFF = 1.0
@@ -41,6 +42,27 @@ class Sampler:
         logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
         token_ids = self._choose(logits, seqs)
         return SampleResult(token_ids, self._gather_logprobs(logprobs, token_ids, seqs))
+
+    def verify(self, logits: torch.Tensor, seq: Sequence, draft: list[int]) -> SampleResult:
+        """The tokens seq emits from a draft, given logits at its len(draft) + 1 verified positions.
+
+        Each row is processed as the plain path would process it, which is exact only when that does not
+        depend on the tokens emitted in this step: inference.speculative.can_draft admits only such seqs.
+        """
+        logits = logits.float()
+        rows = [seq] * logits.shape[0]
+        if _edits_logits(seq):
+            logits = logits.clone()
+            self._process(logits, rows)
+        if seq.params.is_greedy:
+            tokens = verify_greedy(logits, draft)
+        else:
+            temps = torch.tensor([seq.params.temperature] * len(rows), device=logits.device)
+            probs = _truncate(logits / temps.unsqueeze(1), rows).softmax(dim=-1)
+            tokens = verify_sampled(probs, draft, seq.generator, self._generator)
+        want = seq.params.logprobs is not None
+        logprobs = torch.log_softmax(logits[: len(tokens)], dim=-1) if want else None
+        return SampleResult(tokens, self._gather_logprobs(logprobs, tokens, rows[: len(tokens)]))
 
     # ---- logit processing -------------------------------------------------------------------------
     def _process(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:

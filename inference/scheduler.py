@@ -16,6 +16,11 @@ token costs more the deeper into its prompt it sits:
                      (so prompts progress), at most max_num_batched_tokens - decode rows.
 
 With no decode running, or before any step has been measured, prefill uses the whole token budget.
+
+Speculation (inference.speculative): a decoding sequence may carry draft tokens in its chunk, from what
+the budget and free KV blocks leave once every decode has its token; drafts never preempt anyone.
+
+Over 300 lines: the step cost model is the one consumer of what this scheduler plans, and it sits beside it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from inference.block_manager import BlockManager
 from inference.config import SchedulerConfig
 from inference.model_io import ScheduledChunk
 from inference.sequence import Sequence, SequenceStatus
+from inference.speculative import Drafter
 
 # Prefill's floor under the latency budget (tokens; at least one block): even when decode rows alone
 # exceed the target, prompts keep moving. Small, because on CPU a chunk deep in an 8k prompt costs several
@@ -115,7 +121,8 @@ class SchedulerOutput:
     num_tokens: list[int] = field(default_factory=list)
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
-    num_decodes: int = 0  # rows that decode one token; the rest of sum(num_tokens) is prefill
+    num_decodes: int = 0  # rows that decode; the rest of sum(num_tokens) is drafts and prefill
+    drafts: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> draft tokens its chunk verifies
     prefill_context: float = 0.0  # sum over prefill tokens of the context each attends to
     created_at: float = field(default_factory=time.time)  # when scheduled: ends the request's queue time
     started_at: float = field(default_factory=time.perf_counter)  # monotonic start, to time the step
@@ -126,9 +133,12 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+    def __init__(
+        self, config: SchedulerConfig, block_manager: BlockManager, drafter: Drafter | None = None
+    ) -> None:
         self.config = config
         self.block_manager = block_manager
+        self.drafter = drafter
         self.waiting: list[Sequence] = []  # kept sorted by sort_key
         self.running: list[Sequence] = []  # kept sorted by sort_key; the tail is preempted first
         self.num_preemptions = 0
@@ -154,6 +164,8 @@ class Scheduler:
                 queue.remove(seq)
             seq.status = status
             self.block_manager.free(seq)
+            if self.drafter is not None:
+                self.drafter.forget(seq)
 
     # ---- scheduling -------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -161,21 +173,39 @@ class Scheduler:
         decodes = [s for s in self.running if s.is_decoding]
         prefills = [s for s in self.running if not s.is_decoding]
         budget = self._token_budget(len(decodes))
+        # Drafts get what is left once every decode has its token and waiting prompts their floor.
+        undrafted = len(decodes)
+        prefill_floor = max(_MIN_PREFILL_CHUNK, self.block_manager.block_size)
+        reserve = prefill_floor if prefills or self.waiting else 0
         for seq in decodes + prefills:
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            num_new = min(seq.num_uncomputed_tokens, budget)
+            draft: list[int] = []
+            if seq.is_decoding:
+                undrafted -= 1
+                draft = self._draft(seq, budget - 1 - undrafted - reserve, undrafted)
+            num_new = min(seq.num_uncomputed_tokens, budget) + len(draft)
             if not self.config.enable_chunked_prefill and num_new < seq.num_uncomputed_tokens:
                 continue
             if self._make_room(seq, num_new, out):
                 self.block_manager.append(seq, num_new)
-                self._emit(out, seq, num_new)
+                self._emit(out, seq, num_new, draft)
                 budget -= num_new
         if not out.preempted:  # admitting while evicting would just thrash
             self._admit(out, budget)
         return out
+
+    def _draft(self, seq: Sequence, limit: int, later_decodes: int) -> list[int]:
+        """Draft tokens for a decoding seq, only as many as fit in KV blocks nobody needs: drafts never
+        preempt, and each later decode may still need one fresh block for its token."""
+        if self.drafter is None or limit < 1:
+            return []
+        manager = self.block_manager
+        spare_blocks = max(manager.num_free_blocks - later_decodes, 0)
+        free_slots = (len(seq.block_table) + spare_blocks) * manager.block_size
+        return self.drafter.draft(seq, min(limit, free_slots - seq.num_computed_tokens - 1))
 
     def _token_budget(self, num_decodes: int) -> int:
         """This step's tokens: all of max_num_batched_tokens, unless decodes run under a latency target."""
@@ -201,7 +231,7 @@ class Scheduler:
         """The engine reports how long a scheduled step took (schedule to outputs), to size later chunks."""
         if out.is_empty or seconds <= 0:
             return
-        prefill = sum(out.num_tokens) - out.num_decodes
+        prefill = sum(out.num_tokens) - out.num_decodes - sum(map(len, out.drafts.values()))
         context = out.prefill_context / prefill if prefill else 0.0
         self.cost.observe(prefill, seconds, context)
 
@@ -244,12 +274,22 @@ class Scheduler:
             self._emit(out, seq, num_new)
             budget -= num_new
 
-    def _emit(self, out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
+    def _emit(
+        self, out: SchedulerOutput, seq: Sequence, num_new: int, draft: list[int] | None = None
+    ) -> None:
         out.num_decodes += seq.is_decoding
         if not seq.is_decoding:
             out.prefill_context += num_new * (seq.num_computed_tokens + num_new / 2)
         out.seqs.append(seq)
         out.num_tokens.append(num_new)
+        if draft:
+            # The drafts ride on a copy of the tokens (the sequence holds verified tokens only), and the
+            # verifier needs the logits at every position of the chunk.
+            out.drafts[seq.seq_id] = draft
+            out.chunks.append(
+                ScheduledChunk(seq.token_ids + draft, seq.num_computed_tokens, num_new, seq.block_table, True)
+            )
+            return
         out.chunks.append(
             ScheduledChunk(
                 token_ids=seq.token_ids,
@@ -263,13 +303,30 @@ class Scheduler:
 
     # ---- after the forward pass -------------------------------------------------------------------
     def update_computed(self, out: SchedulerOutput) -> list[bool]:
-        """Advance progress; returns, per scheduled seq, whether it reached its end and needs a sample."""
+        """Advance progress; returns, per scheduled seq, whether it reached its end and needs a sample.
+
+        A drafted row advances over its last real token only: the engine advances it over the drafts
+        that verification accepts (`accept_drafts`), so no block holding an unverified token is cached.
+        """
         done = []
         for seq, num_new in zip(out.seqs, out.num_tokens, strict=True):
-            seq.num_computed_tokens += num_new
+            seq.num_computed_tokens += num_new - len(out.drafts.get(seq.seq_id, ()))
             self.block_manager.cache_full_blocks(seq)
             done.append(seq.num_computed_tokens == len(seq.token_ids))
         return done
+
+    def accept_draft_token(self, seq: Sequence) -> None:
+        """The token at seq's next position was an accepted draft: its KV (written by the verification
+        pass over the very same token) is now final."""
+        seq.num_computed_tokens += 1
+
+    def settle_drafts(self, seq: Sequence) -> None:
+        """After a drafted row's tokens are appended: cache its now-verified full blocks and free the blocks
+        that held only rejected drafts (their slots are rewritten when the sequence gets that far)."""
+        if seq.status.is_finished:
+            return  # its blocks went back when it finished
+        self.block_manager.cache_full_blocks(seq)
+        self.block_manager.trim(seq, len(seq.token_ids))
 
     def add_running_fork(self, parent: Sequence, child: Sequence) -> None:
         """Queue an n > 1 sibling that shares parent's prompt blocks; it recomputes only the tail."""

@@ -130,6 +130,15 @@ class EngineCollector(Collector):
         prefix_hits = CounterMetricFamily(
             f"{PREFIX}prefix_cache_hits", "Prompt tokens found in the prefix cache.", labels=_LABELS
         )
+        spec_drafts = CounterMetricFamily(
+            f"{PREFIX}spec_decode_num_drafts", "Speculative drafts verified.", labels=_LABELS
+        )
+        spec_draft_tokens = CounterMetricFamily(
+            f"{PREFIX}spec_decode_num_draft_tokens", "Speculative draft tokens verified.", labels=_LABELS
+        )
+        spec_accepted = CounterMetricFamily(
+            f"{PREFIX}spec_decode_num_accepted_tokens", "Speculative draft tokens accepted.", labels=_LABELS
+        )
         success = CounterMetricFamily(
             f"{PREFIX}request_success", "Finished requests by reason.", labels=[*_LABELS, "finished_reason"]
         )
@@ -156,6 +165,9 @@ class EngineCollector(Collector):
             preemptions.add_metric(labels, stats.num_preemptions)
             prefix_queries.add_metric(labels, stats.prefix_cache_queries)
             prefix_hits.add_metric(labels, stats.prefix_cache_hits)
+            spec_drafts.add_metric(labels, stats.spec_decode_num_drafts)
+            spec_draft_tokens.add_metric(labels, stats.spec_decode_num_draft_tokens)
+            spec_accepted.add_metric(labels, stats.spec_decode_num_accepted_tokens)
             for reason, count in sorted(stats.finished_by_reason.items()):
                 success.add_metric([model, reason], count)
             for key, family in histograms.items():
@@ -174,7 +186,8 @@ class EngineCollector(Collector):
         for model, rate in sorted(self.token_rate.update(generated_totals).items()):
             tokens_per_second.add_metric([model], rate)
         yield from (running, waiting, kv_usage, kv_capacity, prompt_tokens, generation_tokens, preemptions)
-        yield from (prefix_queries, prefix_hits, success, *histograms.values())
+        yield from (prefix_queries, prefix_hits, spec_drafts, spec_draft_tokens, spec_accepted)
+        yield from (success, *histograms.values())
         yield from (request_duration, tokens_per_second)
         yield from _gpu_metrics()
         yield from _model_states()
