@@ -245,15 +245,12 @@ class ModelRunner:
             )
             return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})
         fused = self.fused_decode
-        if (
-            fused is not None
-            and len(batch.input_ids) == len(chunks) <= fused.max_rows
-            and not any(c.return_all_logits for c in chunks)
-        ):
-            hidden = fused.run(
-                batch.input_ids, batch.positions, batch.slots, batch.block_tables, batch.context_lens
-            )
-            return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})
+        if fused is not None and len(batch.input_ids) <= fused.max_rows:
+            rows = [
+                table for table, n in zip(batch.block_tables, batch.query_lens, strict=True) for _ in range(n)
+            ]
+            hidden = fused.run(batch.input_ids, batch.positions, batch.slots, rows)
+            return self._logits(chunks, batch.query_lens, hidden)
         dev = self.device
         layout = BatchLayout(
             query_lens=batch.query_lens,
@@ -265,16 +262,33 @@ class ModelRunner:
         )
         meta = self.backend.build_metadata(layout)
         hidden = self.model(_to_device(batch.input_ids, dev), _to_device(batch.positions, dev), meta)
-        last_token_idx = _to_device(np.cumsum(batch.query_lens) - 1, dev)
-        last = self.model.compute_logits(hidden.index_select(0, last_token_idx)).float()
-        all_positions: dict[int, torch.Tensor] = {}
+        return self._logits(chunks, batch.query_lens, hidden)
+
+    def _logits(
+        self, chunks: list[ScheduledChunk], query_lens: list[int], hidden: torch.Tensor
+    ) -> StepLogits:
+        """float32 logits at each chunk's last position, and at all of a chunk's positions where it asks,
+        from one pass through the head over just those rows."""
+        wanted: list[int] = []  # rows of `hidden` that need logits
+        last_rows: list[int] = []  # where each chunk's last position sits in `wanted`
+        spans: dict[int, tuple[int, int]] = {}
         offset = 0
-        for i, chunk in enumerate(chunks):
+        for i, (chunk, n) in enumerate(zip(chunks, query_lens, strict=True)):
             if chunk.return_all_logits:
-                rows = hidden[offset : offset + chunk.num_tokens]
-                all_positions[i] = self.model.compute_logits(rows).float()
-            offset += chunk.num_tokens
-        return StepLogits(last=last, all_positions=all_positions)
+                spans[i] = (len(wanted), len(wanted) + n)
+                wanted.extend(range(offset, offset + n))
+            else:
+                wanted.append(offset + n - 1)
+            last_rows.append(len(wanted) - 1)
+            offset += n
+        rows = hidden if len(wanted) == len(hidden) else hidden.index_select(0, _index(wanted, hidden.device))
+        logits = self.model.compute_logits(rows).float()
+        last = logits if last_rows == list(range(len(wanted))) else logits[_index(last_rows, logits.device)]
+        return StepLogits(last=last, all_positions={i: logits[a:b] for i, (a, b) in spans.items()})
+
+
+def _index(rows: list[int], device: torch.device) -> torch.Tensor:
+    return _to_device(np.asarray(rows, dtype=np.int64), device)
 
 
 def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -1,12 +1,12 @@
-"""Small decode batches through every decoder layer in one native call (csrc/decode_layers.cpp).
+"""Small steps through every decoder layer in one native call (csrc/decode_layers.cpp).
 
 At batch 1 on CPU a step is bound by reading the Q4 weights once, but through the module path another
 ~40% went to per-operator overhead: 30 layers x ~25 PyTorch ops, each a Python call and a dispatch
 (bench/NOTES.md). Where every projection of a Llama-family model reads a GGUF's Q4 blocks (GGUFDecodeMethod)
-and the model has no biases or q/k norms, a decode-only step of up to `max_rows` sequences runs its layer
-stack in C++ around the same Q4 kernels, with the same bf16 rounding points; the embedding, rotary tables,
-final norm and head stay in PyTorch. Anything else (prefill, larger batches, other models, GPU) keeps the
-module path.
+and the model has no biases or q/k norms, a step of up to `max_rows` tokens (decodes, speculative
+verification chunks, short prompt chunks) runs its layer stack in C++ around the same Q4 kernels, with the
+same bf16 rounding points; the embedding, rotary tables, final norm and head stay in PyTorch. Anything else
+(longer steps, other models, GPU) keeps the module path.
 """
 
 from __future__ import annotations
@@ -75,30 +75,26 @@ class FusedDecode:
 
     @torch.inference_mode()
     def run(
-        self,
-        input_ids: np.ndarray,
-        positions: np.ndarray,
-        slots: np.ndarray,
-        block_tables: list[list[int]],
-        context_lens: list[int],
+        self, input_ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, block_tables: list[list[int]]
     ) -> torch.Tensor:
-        """The final-normed hidden states [rows, hidden] of one decode-only step (one token per row)."""
+        """The final-normed hidden states [rows, hidden] of one token per row: a decode, or one position of a
+        short chunk (each row sees its sequence's context up to its own position, written earlier in the
+        same layer, which makes a chunk's rows causal)."""
         model, args = self.model, self.model.args
-        ids = torch.from_numpy(input_ids)
-        h = model.model.embed_tokens(ids).contiguous()
+        h = model.model.embed_tokens(torch.from_numpy(input_ids)).contiguous()
         cos, sin = model.rotary.cos_sin(torch.from_numpy(positions), h.dtype)
-        width = max(-(-length // self._block_size) for length in context_lens)
-        table = np.zeros((len(block_tables), width), dtype=np.int32)
-        for row, (blocks, length) in enumerate(zip(block_tables, context_lens, strict=True)):
-            used = -(-length // self._block_size)
-            table[row, :used] = blocks[:used]
+        context_lens = positions + 1
+        used = -(-context_lens // self._block_size)
+        table = np.zeros((len(block_tables), int(used.max())), dtype=np.int32)
+        for row, (blocks, n) in enumerate(zip(block_tables, used.tolist(), strict=True)):
+            table[row, :n] = blocks[:n]
         h = torch.ops.mooncake_q4.decode_layers(
             h,
             cos.contiguous(),
             sin.contiguous(),
             torch.from_numpy(slots),
             torch.from_numpy(table),
-            torch.tensor(context_lens, dtype=torch.int64),
+            torch.from_numpy(context_lens.astype(np.int64)),
             self.k_caches,
             self.v_caches,
             self.norms,

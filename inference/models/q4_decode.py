@@ -6,7 +6,8 @@ per 8 weights against bf16's 16, and expands each block in registers to bf16(d *
 weights the dequantized model holds. `matches` checks that bit for bit before a projection takes the path,
 so this changes speed, not weights; only the fp32 accumulation order differs from oneDNN's packed product.
 Batches of up to 16 rows take it (AMX tiles where the CPU has them and the config allows it, else
-AVX512-BF16 registers); larger ones, prefill among them, stay on oneDNN's packed bf16 weights (linear_method.py).
+AVX512-BF16 registers); larger ones, prefill among them, stay on oneDNN's packed bf16 weights
+(linear_method.py).
 
 The kernel is built at install time or on first use (kernel_build.py) into the cache directory the caller
 passes. Without AVX512-BF16 or a compiler, or with EngineConfig.q4_decode off, every batch stays on the
