@@ -103,7 +103,9 @@ test-postgres: install services
 test-replicas: install services
 	$(BIN)/pytest -m replicas -p no:cacheprovider
 
-# Serving benchmark: Mooncake vs `transformers serve --continuous-batching` (its own venv under bench/).
+# Serving benchmark: Mooncake vs llama-server (built once from the llama.cpp that llama-cpp-python's sdist
+# vendors, cached in bench/.llama-server) and `transformers serve --continuous-batching` (its own venv under
+# bench/). `make bench BENCH_PEERS=llama` skips the slow transformers peer; knobs: top of bench/compare.sh.
 bench: install
 	bench/compare.sh
 

@@ -1,14 +1,20 @@
 """Serving benchmark against any OpenAI-compatible server, in the spirit of `vllm bench serve`.
 
     python -m bench.serve --base-url http://127.0.0.1:8000 --num-prompts 32 --max-concurrency 16 \
-        --max-tokens 128 --temperature 0 [--dataset fixed|random|shared-prefix] [--request-rate 4] \
-        [--json out.json]
+        --max-tokens 128 --temperature 0 [--dataset fixed|random|shared-prefix|edit] [--request-rate 4] \
+        [--spec-metrics] [--json out.json]
 
 Every request streams; TTFT is the time to the first chunk that carries content, ITL the gaps between
 content chunks, TPOT (e2e - TTFT) / (output tokens - 1). Token counts come from the server's usage chunk
 (`stream_options.include_usage`) when it sends one; otherwise from `--tokenizer` (a local HF directory),
 else one token per content chunk. Both sides of a comparison should be counted the same way: pass the
 same `--tokenizer` and compare `token_source` in the JSON.
+
+`edit` prompts ask for a given text back, corrected or with a variable renamed, so most of each answer
+repeats the prompt (where n-gram speculation pays off). `--spec-metrics` reads the server's Prometheus
+counters `*spec_decode_num_draft_tokens_total` and `*spec_decode_num_accepted_tokens_total` (any prefix:
+`mooncake:`, `llamacpp:`, `vllm:`) from GET /metrics before and after the load and reports the acceptance
+rate of the drafts made during it; without those counters it reports none.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import statistics
 import sys
 import time
@@ -28,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from bench.prompts import edit_request
 from bench.prompts import question as chat_question
 
 # Common words that are one token each in most BPE vocabularies, so word counts approximate token counts
@@ -119,6 +127,8 @@ def build_prompts(args: argparse.Namespace, tokenizer: Tokenizer | None) -> list
         max_tokens = args.max_tokens
         if args.dataset == "fixed":
             messages = [{"role": "user", "content": question}]
+        elif args.dataset == "edit":
+            messages = [{"role": "user", "content": edit_request(i)}]
         elif args.dataset == "shared-prefix":
             # A distinct question after the shared prefix, so only the system prompt can be reused.
             messages = [
@@ -334,6 +344,56 @@ def discover_model(args: argparse.Namespace) -> str:
     return str(data[0]["id"])
 
 
+# ---- speculative decoding counters --------------------------------------------------------------------
+
+# A sample line: name, optional {labels}, value (an optional timestamp after it is ignored).
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{.*\})?\s+(\S+)")
+SPEC_COUNTERS = {
+    "draft_tokens": "spec_decode_num_draft_tokens_total",
+    "accepted_tokens": "spec_decode_num_accepted_tokens_total",
+}
+
+
+def parse_spec_counters(text: str) -> dict[str, float] | None:
+    """The spec-decode counters of a Prometheus text exposition, summed over labels; None if absent."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        sample = _SAMPLE.match(line)
+        if sample is None:
+            continue
+        name, value = sample.group(1), sample.group(2)
+        for key, suffix in SPEC_COUNTERS.items():
+            if name == suffix or name.endswith((":" + suffix, "_" + suffix)):
+                try:
+                    found[key] = found.get(key, 0.0) + float(value)
+                except ValueError:
+                    continue
+    return found if set(found) == set(SPEC_COUNTERS) else None
+
+
+def scrape_spec_counters(args: argparse.Namespace) -> dict[str, float] | None:
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    try:
+        response = httpx.get(args.base_url.rstrip("/") + "/metrics", headers=headers, timeout=30)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    return parse_spec_counters(response.text)
+
+
+def spec_report(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, Any]:
+    if before is None or after is None:
+        return {"draft_tokens": None, "accepted_tokens": None, "acceptance_rate": None}
+    draft = after["draft_tokens"] - before["draft_tokens"]
+    accepted = after["accepted_tokens"] - before["accepted_tokens"]
+    return {
+        "draft_tokens": draft,
+        "accepted_tokens": accepted,
+        "acceptance_rate": accepted / draft if draft > 0 else None,
+    }
+
+
 # ---- the report ---------------------------------------------------------------------------------------
 
 
@@ -412,6 +472,14 @@ def print_report(data: dict[str, Any]) -> None:
         stats = data[key]
         line = f"mean {stats['mean']:.1f}  p50 {stats['p50']:.1f}  p99 {stats['p99']:.1f}"
         print(f"{'-' * 60}\n{name + ' (ms)':<20}{line:>40}")
+    if "spec_decode" in data:
+        spec = data["spec_decode"]
+        rate = spec["acceptance_rate"]
+        line = "n/a"
+        if spec["draft_tokens"] is not None:
+            line = f"{spec['accepted_tokens']:.0f} / {spec['draft_tokens']:.0f}"
+            line += "" if rate is None else f" = {rate:.1%}"
+        print(f"{'-' * 60}\n{'Spec decode accepted / drafted':<40}{line:>20}")
     for sample in data["error_samples"]:
         print(f"error: {sample}", file=sys.stderr)
     print("=" * 60)
@@ -428,7 +496,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--request-rate", type=float, default=math.inf, help="Poisson arrivals per second (inf: all at once)"
     )
-    p.add_argument("--dataset", choices=("fixed", "random", "shared-prefix"), default="fixed")
+    p.add_argument("--dataset", choices=("fixed", "random", "shared-prefix", "edit"), default="fixed")
     p.add_argument("--random-input-len", type=int, default=256, help="random dataset: mean prompt tokens")
     p.add_argument(
         "--random-range-ratio", type=float, default=0.5, help="random dataset: +/- spread of lengths"
@@ -456,6 +524,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="stop the whole load after this many seconds; unfinished requests are reported as cut",
     )
     p.add_argument("--no-warm-up", action="store_true")
+    p.add_argument(
+        "--spec-metrics",
+        action="store_true",
+        help="report the speculative-decoding acceptance rate from GET /metrics before and after the load",
+    )
     p.add_argument("--label", default="", help="a name for this run in the output")
     p.add_argument(
         "--json", dest="json_path", help="also write the results as JSON to this file ('-': stdout)"
@@ -477,8 +550,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = build_prompts(args, tokenizer)
     if not args.no_warm_up:
         asyncio.run(warm_up(args, model))
+    before = scrape_spec_counters(args) if args.spec_metrics else None
     results, duration = asyncio.run(run_load(args, prompts, model, tokenizer))
     data = report(args, model, results, duration)
+    if args.spec_metrics:
+        data["spec_decode"] = spec_report(before, scrape_spec_counters(args))
     data["requests"] = [
         {k: v for k, v in asdict(r).items() if k not in ("itl", "text", "parts")} | {"text": r.text[:200]}
         for r in results
