@@ -27,11 +27,12 @@ class FusedDecode:
 
     model: DecoderForCausalLM
     kernel: Q4Kernel
-    norms: list[torch.Tensor]
+    norms: list[torch.Tensor]  # per layer (input, post-attention), then the final norm
     levels: list[torch.Tensor]
     dms: list[torch.Tensor]
     k_caches: list[torch.Tensor]
     v_caches: list[torch.Tensor]
+    cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def max_rows(self) -> int:
@@ -69,8 +70,11 @@ class FusedDecode:
                 return None
             k_caches.append(cache.k_cache)
             v_caches.append(cache.v_cache)
-        if kernel is None:
+        final = model.model.norm.weight
+        embedding = model.model.embed_tokens.weight
+        if kernel is None or final.dtype != torch.bfloat16 or embedding.dtype != torch.bfloat16:
             return None
+        norms.append(final.detach().contiguous())
         return cls(model, kernel, norms, levels, dms, k_caches, v_caches)
 
     @torch.inference_mode()
@@ -81,20 +85,19 @@ class FusedDecode:
         short chunk (each row sees its sequence's context up to its own position, written earlier in the
         same layer, which makes a chunk's rows causal)."""
         model, args = self.model, self.model.args
-        h = model.model.embed_tokens(torch.from_numpy(input_ids)).contiguous()
-        cos, sin = model.rotary.cos_sin(torch.from_numpy(positions), h.dtype)
-        context_lens = positions + 1
-        used = -(-context_lens // self._block_size)
+        used = -(-(positions + 1) // self._block_size)
         table = np.zeros((len(block_tables), int(used.max())), dtype=np.int32)
         for row, (blocks, n) in enumerate(zip(block_tables, used.tolist(), strict=True)):
             table[row, :n] = blocks[:n]
-        h = torch.ops.mooncake_q4.decode_layers(
-            h,
-            cos.contiguous(),
-            sin.contiguous(),
+        cos, sin = self._rotary_tables(int(positions.max()) + 1)
+        return torch.ops.mooncake_q4.decode_layers(
+            torch.from_numpy(input_ids),
+            torch.from_numpy(positions),
+            model.model.embed_tokens.weight,
+            cos,
+            sin,
             torch.from_numpy(slots),
             torch.from_numpy(table),
-            torch.from_numpy(context_lens.astype(np.int64)),
             self.k_caches,
             self.v_caches,
             self.norms,
@@ -106,7 +109,15 @@ class FusedDecode:
             args.head_dim**-0.5,
             self.kernel.amx,
         )
-        return model.model.norm(h)
+
+    def _rotary_tables(self, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """bf16 cos/sin rows for positions 0..n-1 at least, computed as the module path computes them (the
+        same element-wise ops per position) and grown by doubling."""
+        if self.cos_sin is None or self.cos_sin[0].shape[0] < positions:
+            size = max(positions, 2 * self.cos_sin[0].shape[0] if self.cos_sin is not None else 1024)
+            cos, sin = self.model.rotary.cos_sin(torch.arange(size), torch.bfloat16)
+            self.cos_sin = (cos.contiguous(), sin.contiguous())
+        return self.cos_sin
 
     @property
     def _block_size(self) -> int:

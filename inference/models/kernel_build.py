@@ -31,7 +31,17 @@ logger = logging.getLogger(__name__)
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = [CSRC / "q4_decode.cpp", CSRC / "decode_layers.cpp"]
 HEADERS = [CSRC / "q4_kernels.h"]
-_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
+_FLAGS = [
+    "-O3",
+    "-fopenmp",
+    "-mf16c",
+    "-mavx512f",
+    "-mavx512bw",
+    "-mavx512vl",
+    "-mavx512bf16",
+    "-mamx-tile",
+    "-mamx-bf16",
+]
 
 
 def kernels_dir(cache_dir: Path) -> Path:

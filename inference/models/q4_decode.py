@@ -34,21 +34,22 @@ class DecodeWeight:
     """One matrix's blocks in the kernel's layout (Q4_0/Q4_1 or Q8_0)."""
 
     levels: torch.Tensor  # [out, in // 2] uint8: each Q4 block's 16 bytes as ggml stores them; Q8_0: int8
-    dm: torch.Tensor  # [out, in // 32 * 2] float32: (d, m) per block, W = d * q + m (m = 0 for Q8_0)
+    dm: torch.Tensor  # [out, in // 32 * 2] float16: (d, m) per block, W = d * q + m (m = 0 for Q8_0)
 
     def nbytes(self) -> int:
         return self.levels.numel() + self.dm.numel() * self.dm.element_size()
 
 
 def decode_weight(blocks: Q4Blocks | Q8Blocks) -> DecodeWeight:
-    """The kernel takes a Q4 file's nibbles as they are; only the (d, m) pairs are interleaved."""
+    """The kernel takes a Q4 file's nibbles as they are; only the (d, m) pairs are interleaved, in the file's
+    own fp16 (`eligible` has checked they fit it exactly)."""
     out_features = blocks.shape[0]
     if isinstance(blocks, Q8Blocks):
         levels = blocks.levels
-        dm = np.stack([blocks.scale, np.zeros_like(blocks.scale)], axis=-1).astype(np.float32)
+        dm = np.stack([blocks.scale, np.zeros_like(blocks.scale)], axis=-1).astype(np.float16)
     else:
         levels = blocks.nibbles
-        dm = np.stack([blocks.scale, blocks.minimum], axis=-1).astype(np.float32)
+        dm = np.stack([blocks.scale, blocks.minimum], axis=-1).astype(np.float16)
     return DecodeWeight(
         torch.from_numpy(np.ascontiguousarray(levels)),
         torch.from_numpy(np.ascontiguousarray(dm.reshape(out_features, -1))),
@@ -56,8 +57,12 @@ def decode_weight(blocks: Q4Blocks | Q8Blocks) -> DecodeWeight:
 
 
 def eligible(blocks: Q4Blocks | Q8Blocks) -> bool:
-    """The kernel takes block pairs: the input size must be a multiple of 64."""
-    return blocks.shape[1] % (2 * GROUP) == 0
+    """The kernel takes block pairs (the input size a multiple of 64) with fp16 scales and minimums, as GGUF
+    files store them: 20 bytes per Q4 block, the file's own stream."""
+    if blocks.shape[1] % (2 * GROUP):
+        return False
+    pairs = [blocks.scale] if isinstance(blocks, Q8Blocks) else [blocks.scale, blocks.minimum]
+    return all(np.array_equal(v.astype(np.float16).astype(v.dtype), v) for v in pairs)
 
 
 def matches(blocks: Q4Blocks | Q8Blocks, dense: torch.Tensor) -> bool:

@@ -114,21 +114,25 @@ def test_indexes_outside_the_cache_are_refused_before_any_read(bf16_model: Loade
     assert fused is not None
     blocks, block_size = fused.k_caches[0].shape[:2]
     model = decoder(bf16_model)
-    hidden = model.model.embed_tokens(torch.tensor([1]))
     args = model.args
-    trig = torch.zeros(1, args.head_dim, dtype=torch.bfloat16)
+    embedding = model.model.embed_tokens.weight
+    cos, sin = model.rotary.cos_sin(torch.arange(64), torch.bfloat16)
 
-    def call(slot: int, table: list[int], length: int) -> torch.Tensor:
+    def call(token: int, position: int, slot: int, table: list[int]) -> torch.Tensor:
         return torch.ops.mooncake_q4.decode_layers(
-            hidden.contiguous(), trig, trig, torch.tensor([slot]), torch.tensor([table], dtype=torch.int32),
-            torch.tensor([length]), fused.k_caches, fused.v_caches, fused.norms, fused.levels, fused.dms,
-            args.num_heads, args.num_kv_heads, 1e-5, 0.125, fused.kernel.amx,
+            torch.tensor([token]), torch.tensor([position]), embedding, cos, sin, torch.tensor([slot]),
+            torch.tensor([table], dtype=torch.int32), fused.k_caches, fused.v_caches, fused.norms,
+            fused.levels, fused.dms, args.num_heads, args.num_kv_heads, 1e-5, 0.125, fused.kernel.amx,
         )  # fmt: skip
 
-    assert call(0, [0], 1).shape == hidden.shape
+    assert call(1, 0, 0, [0]).shape == (1, args.hidden_size)
+    with pytest.raises(RuntimeError, match="token id out of the vocabulary"):
+        call(args.vocab_size, 0, 0, [0])
+    with pytest.raises(RuntimeError, match="position past the rotary table"):
+        call(1, 64, 0, [0, 0, 0, 0, 0])
     with pytest.raises(RuntimeError, match="slot out of the cache"):
-        call(blocks * block_size, [0], 1)
+        call(1, 0, blocks * block_size, [0])
     with pytest.raises(RuntimeError, match="block table entry out of the cache"):
-        call(0, [blocks], 1)
+        call(1, 0, 0, [blocks])
     with pytest.raises(RuntimeError, match="context longer than its table"):
-        call(0, [0], block_size + 1)
+        call(1, block_size, 0, [0])

@@ -161,6 +161,9 @@ def test_only_exact_block_pairs_are_taken() -> None:
     off_by_one_step.view(torch.int16)[3, 5] += 1
     assert not matches(blocks, off_by_one_step)
     assert not matches(blocks, dense.float())
+    # The kernel keeps (d, m) in fp16, as files store them: a scale fp16 cannot hold keeps the packed path.
+    blocks.scale[2, 1] = np.float32(1 / 3)
+    assert not eligible(blocks)
 
 
 class SpyKernel:

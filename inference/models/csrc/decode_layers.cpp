@@ -68,7 +68,8 @@ void project(const bf16* x, const at::Tensor& levels, const at::Tensor& dm, bf16
              bool amx, Scratch& scratch) {
   const int64_t n = levels.size(0);
   permute_x(bits(x), scratch.xp.data(), rows, k);
-  multiply<false>(scratch.xp.data(), reinterpret_cast<const uint8_t*>(levels.data_ptr()), dm.data_ptr<float>(),
+  multiply<false>(scratch.xp.data(), reinterpret_cast<const uint8_t*>(levels.data_ptr()),
+                  reinterpret_cast<const uint16_t*>(dm.data_ptr()),
                   scratch.y.data(), rows, k, n, amx);
   for (int64_t i = 0; i < rows * n; i += 16) store16(out + i, _mm512_loadu_ps(scratch.y.data() + i));
 }
@@ -137,95 +138,109 @@ void add_into(bf16* h, const bf16* delta, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) store16(h + i, _mm512_add_ps(load16(h + i), load16(delta + i)));
 }
 
-// norms: per layer (input, post-attention); levels/dms: per layer (qkv, o, gate_up, down).
-at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
-                         const at::Tensor& slots, const at::Tensor& block_tables, const at::Tensor& context_lens,
-                         at::TensorList k_caches, at::TensorList v_caches, at::TensorList norms,
-                         at::TensorList levels, at::TensorList dms, int64_t num_heads, int64_t num_kv_heads,
-                         double eps, double scale, bool amx) {
+// One token per row: its id, its position (it sees its sequence's context up to there), its KV slot and its
+// sequence's block table. norms: per layer (input, post-attention), then the final norm; levels/dms: per
+// layer (qkv, o, gate_up, down). Returns the final-normed hidden states [rows, hidden].
+at::Tensor decode_layers(const at::Tensor& token_ids, const at::Tensor& positions, const at::Tensor& embedding,
+                         const at::Tensor& cos_table, const at::Tensor& sin_table, const at::Tensor& slots,
+                         const at::Tensor& block_tables, at::TensorList k_caches, at::TensorList v_caches,
+                         at::TensorList norms, at::TensorList levels, at::TensorList dms, int64_t num_heads,
+                         int64_t num_kv_heads, double eps, double scale, bool amx) {
   const int64_t layers = static_cast<int64_t>(k_caches.size());
-  TORCH_CHECK(hidden.dim() == 2 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous(),
-              "hidden must be contiguous 2-D bf16");
-  const int64_t rows = hidden.size(0), width = hidden.size(1);
+  const int64_t rows = token_ids.numel(), width = embedding.size(1);
   TORCH_CHECK(rows >= 1 && rows <= max_rows(amx), "1 to ", max_rows(amx), " rows, got ", rows);
-  TORCH_CHECK(v_caches.size() == k_caches.size() && norms.size() == 2 * k_caches.size() &&
+  TORCH_CHECK(layers >= 1 && v_caches.size() == k_caches.size() && norms.size() == 2 * k_caches.size() + 1 &&
                   levels.size() == 4 * k_caches.size() && dms.size() == levels.size(),
-              "per layer: one K and V cache, two norms, four projections");
-  TORCH_CHECK(slots.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong &&
-                  block_tables.scalar_type() == at::kInt && block_tables.is_contiguous() &&
-                  slots.numel() == rows && context_lens.numel() == rows && block_tables.size(0) == rows,
-              "slots and context_lens int64 [rows], block_tables int32 [rows, width]");
+              "per layer: one K and V cache, two norms, four projections; then the final norm");
+  TORCH_CHECK(token_ids.scalar_type() == at::kLong && positions.scalar_type() == at::kLong &&
+                  slots.scalar_type() == at::kLong && block_tables.scalar_type() == at::kInt &&
+                  token_ids.is_contiguous() && positions.is_contiguous() && slots.is_contiguous() &&
+                  block_tables.is_contiguous() && positions.numel() == rows && slots.numel() == rows &&
+                  block_tables.dim() == 2 && block_tables.size(0) == rows,
+              "token_ids, positions and slots int64 [rows], block_tables int32 [rows, width]");
+  TORCH_CHECK(embedding.scalar_type() == at::kBFloat16 && embedding.is_contiguous(), "embedding must be bf16");
   const int64_t head_dim = k_caches[0].size(3);
   const int64_t q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
   const int64_t inter = levels[2].size(0) / 2;
-  TORCH_CHECK(width % 16 == 0 && head_dim % 32 == 0 && head_dim <= 512 && inter % 16 == 0,
-              "hidden and intermediate sizes must be multiples of 16, head_dim of 32 up to 512");
-  TORCH_CHECK(cos.scalar_type() == at::kBFloat16 && cos.is_contiguous() && sin.is_contiguous() &&
-                  cos.size(0) == rows && cos.size(1) == head_dim,
-              "cos/sin must be contiguous bf16 [rows, head_dim]");
+  TORCH_CHECK(width % 64 == 0 && head_dim % 32 == 0 && head_dim <= 512 && inter % 64 == 0 && inter / 16 <= kMaxDm &&
+                  width / 16 <= kMaxDm,
+              "hidden and intermediate sizes must be multiples of 64 up to 32768, head_dim of 32 up to 512");
+  TORCH_CHECK(cos_table.scalar_type() == at::kBFloat16 && cos_table.is_contiguous() && sin_table.is_contiguous() &&
+                  sin_table.sizes() == cos_table.sizes() && cos_table.size(1) == head_dim,
+              "cos/sin tables must be contiguous bf16 [positions, head_dim]");
   for (int64_t l = 0; l < layers; ++l) {
     TORCH_CHECK(k_caches[l].scalar_type() == at::kBFloat16 && k_caches[l].is_contiguous() &&
-                    v_caches[l].is_contiguous() && k_caches[l].size(2) == num_kv_heads,
+                    v_caches[l].is_contiguous() && k_caches[l].sizes() == k_caches[0].sizes() &&
+                    v_caches[l].sizes() == k_caches[0].sizes() && k_caches[l].size(2) == num_kv_heads,
                 "caches must be contiguous bf16 [blocks, block_size, kv_heads, head_dim]");
     TORCH_CHECK(levels[4 * l].size(0) == q_size + 2 * kv_size && levels[4 * l + 1].size(0) == width &&
                     levels[4 * l + 2].size(0) == 2 * inter && levels[4 * l + 3].size(0) == width,
                 "projection shapes do not match the model");
     for (int64_t p = 0; p < 4; ++p)
       TORCH_CHECK(levels[4 * l + p].scalar_type() == at::kByte && levels[4 * l + p].is_contiguous() &&
-                      dms[4 * l + p].scalar_type() == at::kFloat && dms[4 * l + p].is_contiguous(),
-                  "projections must be Q4 blocks (uint8 levels, float32 (d, m))");
+                      dms[4 * l + p].scalar_type() == kDmType && dms[4 * l + p].is_contiguous(),
+                  "projections must be Q4 blocks (uint8 levels, (d, m) pairs)");
   }
+  for (const auto& norm : norms)
+    TORCH_CHECK(norm.scalar_type() == at::kBFloat16 && norm.numel() == width, "norm weights must be bf16 [hidden]");
   const Shape shape{num_heads, num_kv_heads, head_dim, k_caches[0].size(1), static_cast<float>(scale)};
   const int64_t blocks_in_cache = k_caches[0].size(0);
+  const auto* ids = token_ids.data_ptr<int64_t>();
+  const auto* position = positions.data_ptr<int64_t>();
   const auto* slot = slots.data_ptr<int64_t>();
-  const auto* length = context_lens.data_ptr<int64_t>();
   const int64_t table_width = block_tables.size(1);
+  std::vector<int64_t> length(rows);
   for (int64_t m = 0; m < rows; ++m) {
+    TORCH_CHECK(ids[m] >= 0 && ids[m] < embedding.size(0), "token id out of the vocabulary");
+    TORCH_CHECK(position[m] >= 0 && position[m] < cos_table.size(0), "position past the rotary table");
     TORCH_CHECK(slot[m] >= 0 && slot[m] < blocks_in_cache * shape.block_size, "slot out of the cache");
-    TORCH_CHECK(length[m] >= 1 && length[m] <= table_width * shape.block_size, "context longer than its table");
+    length[m] = position[m] + 1;
+    TORCH_CHECK(length[m] <= table_width * shape.block_size, "context longer than its table");
   }
   const auto* tables = block_tables.data_ptr<int32_t>();
   for (int64_t i = 0; i < rows * table_width; ++i)
     TORCH_CHECK(tables[i] >= 0 && tables[i] < blocks_in_cache, "block table entry out of the cache");
 
-  at::Tensor h = hidden.clone();
-  auto* hp = h.data_ptr<bf16>();
+  at::Tensor out = at::empty({rows, width}, embedding.options());
+  std::vector<bf16> h(rows * width);
+  for (int64_t m = 0; m < rows; ++m) {
+    const bf16* row = embedding.data_ptr<bf16>() + ids[m] * width;
+    std::copy(row, row + width, h.data() + m * width);
+  }
   const int64_t widest = std::max({q_size + 2 * kv_size, 2 * inter, width});
   std::vector<bf16> normed(rows * width), qkv(rows * (q_size + 2 * kv_size)), attn(rows * q_size);
-  std::vector<bf16> delta(rows * width), gate_up(rows * 2 * inter), act(rows * inter);
-  Scratch scratch{std::vector<uint16_t>(rows * std::max(inter, std::max(width, q_size))),
-                  std::vector<float>(rows * widest)};
-  std::vector<bf16> q(rows * q_size);
-  const auto* cos_p = cos.data_ptr<bf16>();
-  const auto* sin_p = sin.data_ptr<bf16>();
+  std::vector<bf16> delta(rows * width), gate_up(rows * 2 * inter), act(rows * inter), q(rows * q_size);
+  Scratch scratch{std::vector<uint16_t>(rows * std::max({inter, width, q_size})), std::vector<float>(rows * widest)};
+  // SiLU and the gate product through ATen's own kernels: the module path's exact bf16 results.
+  const auto bf16_options = at::TensorOptions().dtype(at::kBFloat16);
+  at::Tensor gate_up_view = at::from_blob(gate_up.data(), {rows, 2 * inter}, bf16_options);
+  at::Tensor act_view = at::from_blob(act.data(), {rows, inter}, bf16_options);
+  const float epsilon = static_cast<float>(eps);
   for (int64_t l = 0; l < layers; ++l) {
     auto* kc = k_caches[l].data_ptr<bf16>();
     auto* vc = v_caches[l].data_ptr<bf16>();
-    rms_norm(hp, norms[2 * l].data_ptr<bf16>(), normed.data(), rows, width, static_cast<float>(eps));
+    rms_norm(h.data(), norms[2 * l].data_ptr<bf16>(), normed.data(), rows, width, epsilon);
     project(normed.data(), levels[4 * l], dms[4 * l], qkv.data(), rows, width, amx, scratch);
     for (int64_t m = 0; m < rows; ++m) {
       bf16* token = qkv.data() + m * (q_size + 2 * kv_size);
       // Q and K heads sit side by side: one rotary pass over both, as decoder.py does.
-      rotate(token, cos_p + m * head_dim, sin_p + m * head_dim, num_heads + num_kv_heads, head_dim);
+      rotate(token, cos_table.data_ptr<bf16>() + position[m] * head_dim,
+             sin_table.data_ptr<bf16>() + position[m] * head_dim, num_heads + num_kv_heads, head_dim);
       std::copy(token, token + q_size, q.data() + m * q_size);
       std::copy(token + q_size, token + q_size + kv_size, kc + slot[m] * kv_size);
       std::copy(token + q_size + kv_size, token + q_size + 2 * kv_size, vc + slot[m] * kv_size);
     }
-    attend(q.data(), kc, vc, tables, table_width, length, attn.data(), rows, shape);
+    attend(q.data(), kc, vc, tables, table_width, length.data(), attn.data(), rows, shape);
     project(attn.data(), levels[4 * l + 1], dms[4 * l + 1], delta.data(), rows, q_size, amx, scratch);
-    add_into(hp, delta.data(), rows * width);
-    rms_norm(hp, norms[2 * l + 1].data_ptr<bf16>(), normed.data(), rows, width, static_cast<float>(eps));
+    add_into(h.data(), delta.data(), rows * width);
+    rms_norm(h.data(), norms[2 * l + 1].data_ptr<bf16>(), normed.data(), rows, width, epsilon);
     project(normed.data(), levels[4 * l + 2], dms[4 * l + 2], gate_up.data(), rows, width, amx, scratch);
-    for (int64_t m = 0; m < rows; ++m)
-      for (int64_t i = 0; i < inter; ++i) {
-        const float gate = static_cast<float>(gate_up[m * 2 * inter + i]);
-        const float silu = round_bf16(gate / (1.0f + std::exp(-gate)));
-        act[m * inter + i] = bf16(silu * static_cast<float>(gate_up[m * 2 * inter + inter + i]));
-      }
+    at::mul_out(act_view, at::silu(gate_up_view.narrow(1, 0, inter)), gate_up_view.narrow(1, inter, inter));
     project(act.data(), levels[4 * l + 3], dms[4 * l + 3], delta.data(), rows, inter, amx, scratch);
-    add_into(hp, delta.data(), rows * width);
+    add_into(h.data(), delta.data(), rows * width);
   }
-  return h;
+  rms_norm(h.data(), norms[2 * layers].data_ptr<bf16>(), out.data_ptr<bf16>(), rows, width, epsilon);
+  return out;
 }
 
 }  // namespace
@@ -233,9 +248,10 @@ at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const 
 
 TORCH_LIBRARY_FRAGMENT(mooncake_q4, m) {
   m.def(
-      "decode_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor slots, Tensor block_tables, "
-      "Tensor context_lens, Tensor[] k_caches, Tensor[] v_caches, Tensor[] norms, Tensor[] levels, "
-      "Tensor[] dms, int num_heads, int num_kv_heads, float eps, float scale, bool amx) -> Tensor");
+      "decode_layers(Tensor token_ids, Tensor positions, Tensor embedding, Tensor cos_table, Tensor sin_table, "
+      "Tensor slots, Tensor block_tables, Tensor[] k_caches, Tensor[] v_caches, Tensor[] norms, "
+      "Tensor[] levels, Tensor[] dms, int num_heads, int num_kv_heads, float eps, float scale, bool amx) "
+      "-> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mooncake_q4, CPU, m) { m.impl("decode_layers", &mooncake_q4::decode_layers); }

@@ -14,16 +14,16 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Te
   const bool q8 = levels.scalar_type() == at::kChar;
   TORCH_CHECK((q8 || levels.scalar_type() == at::kByte) && levels.is_contiguous(),
               "levels must be contiguous uint8 (Q4) or int8 (Q8_0)");
-  TORCH_CHECK(dm.scalar_type() == at::kFloat && dm.is_contiguous(), "dm must be contiguous float32");
+  TORCH_CHECK(dm.scalar_type() == kDmType && dm.is_contiguous(), "dm must be contiguous float16");
   const int64_t rows = x.size(0), k = x.size(1), n = levels.size(0);
   TORCH_CHECK(rows >= 1 && rows <= max_rows(amx), "1 to ", max_rows(amx), " rows, got ", rows);
-  TORCH_CHECK(k % 64 == 0 && levels.size(1) * (q8 ? 1 : 2) == k,
+  TORCH_CHECK(k % 64 == 0 && k / 16 <= kMaxDm && levels.size(1) * (q8 ? 1 : 2) == k,
               "input size must be a multiple of 64 matching levels");
   TORCH_CHECK(dm.numel() == n * (k / 32) * 2, "dm must hold (d, m) per block");
   auto xp = x.contiguous().view({rows, k / 64, 2, 2, 16}).permute({0, 1, 3, 2, 4}).contiguous();
   auto y = at::empty({rows, n}, x.options().dtype(at::kFloat));
   const auto* q = reinterpret_cast<const uint8_t*>(levels.data_ptr());
-  const auto* s = dm.data_ptr<float>();
+  const auto* s = reinterpret_cast<const uint16_t*>(dm.data_ptr());
   const auto* xs = reinterpret_cast<const uint16_t*>(xp.data_ptr());
   if (q8) {
     multiply<true>(xs, q, s, y.data_ptr<float>(), rows, k, n, amx);

@@ -28,6 +28,9 @@ namespace mooncake_q4 {
 
 constexpr int64_t kPrefetchBytes = 2048;  // ~7 rows of a 576-wide matrix ahead: measured best of 0/512/2048
 
+// (d, m) per block as the GGUF stores them: fp16 bits (exact in fp32; the loader checks they fit).
+inline constexpr auto kDmType = at::kHalf;
+
 // Bytes of one block's levels: 32 nibbles (Q4_0/Q4_1) or 32 int8 (Q8_0, whose blocks are W = d * q).
 template <bool Q8>
 constexpr int64_t kBlockBytes = Q8 ? 32 : 16;
@@ -42,7 +45,6 @@ inline __m512 scaled_int8(const uint8_t* q, float d) {
 template <bool Q8>
 inline void expand_pair(const uint8_t* q, const float* s, __m512i* wa, __m512i* wb) {
   _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchBytes), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetchBytes / 8), _MM_HINT_T0);
   if constexpr (Q8) {  // d * q is exact in fp32 (11 x 8 significant bits): one rounding, to bf16
     *wa = (__m512i)_mm512_cvtne2ps_pbh(scaled_int8(q + 32, s[2]), scaled_int8(q, s[0]));
     *wb = (__m512i)_mm512_cvtne2ps_pbh(scaled_int8(q + 48, s[2]), scaled_int8(q + 16, s[0]));
@@ -61,18 +63,30 @@ inline void expand_pair(const uint8_t* q, const float* s, __m512i* wa, __m512i* 
   *wb = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_cvtepu8_epi16(hi), upper_half), table);
 }
 
+// Scales and minimums of one row, fp16 -> fp32 (exact) once per row, so the block loop broadcasts them
+// straight from L1 as it would fp32 ones while the stream from memory stays the file's 4 bytes per block.
+inline constexpr int64_t kMaxDm = 2048;  // (d, m) values per row: inputs up to 32768 wide
+
+inline void widen_dm(const uint16_t* src, float* dst, int64_t count) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  for (; i < count; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
 template <bool Q8, int M, int R>
-inline void dot_rows(const uint8_t* levels, const float* dm, const uint16_t* xp, float* y, int64_t n,
+inline void dot_rows(const uint8_t* levels, const uint16_t* dm, const uint16_t* xp, float* y, int64_t n,
                      int64_t k, int64_t n_total) {
   const int64_t blocks = k / 32;
+  alignas(64) float scales[R][kMaxDm];
+  for (int r = 0; r < R; ++r) widen_dm(dm + (n + r) * blocks * 2, scales[r], blocks * 2);
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; b += 2) {
     for (int r = 0; r < R; ++r) {
       __m512i wa, wb;
-      expand_pair<Q8>(levels + ((n + r) * blocks + b) * kBlockBytes<Q8>, dm + ((n + r) * blocks + b) * 2, &wa,
-                      &wb);
+      expand_pair<Q8>(levels + ((n + r) * blocks + b) * kBlockBytes<Q8>, scales[r] + b * 2, &wa, &wb);
       for (int m = 0; m < M; ++m) {
         const uint16_t* x = xp + m * k + b * 32;
         acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)wa, (__m512bh)_mm512_loadu_si512(x));
@@ -85,7 +99,7 @@ inline void dot_rows(const uint8_t* levels, const float* dm, const uint16_t* xp,
 }
 
 template <bool Q8, int M>
-void dot_all(const uint8_t* levels, const float* dm, const uint16_t* xp, float* y, int64_t k, int64_t n) {
+void dot_all(const uint8_t* levels, const uint16_t* dm, const uint16_t* xp, float* y, int64_t k, int64_t n) {
   // Two rows at a time for instruction-level parallelism; an odd last row alone.
   at::parallel_for(0, (n + 1) / 2, 32, [&](int64_t begin, int64_t end) {
     for (int64_t pair = begin; pair < end; ++pair) {
@@ -118,19 +132,23 @@ struct alignas(64) TileConfig {
 // Output rows [16 g0, 16 g1): tmm0 accumulates 16 weight rows x 16 activation rows; tmm1/tmm3 hold a block
 // pair's two weight tiles, tmm2/tmm4 the matching x^T tiles (bt: per tile, 16 pairs x 16 rows of 2 bf16).
 template <bool Q8>
-void amx_groups(const uint8_t* levels, const float* dm, const uint32_t* bt, float* y, int64_t g0, int64_t g1,
+void amx_groups(const uint8_t* levels, const uint16_t* dm, const uint32_t* bt, float* y, int64_t g0, int64_t g1,
                 int64_t rows, int64_t k, int64_t n) {
   const int64_t blocks = k / 32;
   alignas(64) uint16_t a[2 * 16 * 32];
   alignas(64) float c[16 * 16];
+  std::vector<float> scales(16 * blocks * 2);
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t n0 = g * 16;
+    for (int r = 0; r < 16 && n0 + r < n; ++r)
+      widen_dm(dm + (n0 + r) * blocks * 2, scales.data() + r * blocks * 2, blocks * 2);
     _tile_zero(0);
     for (int64_t b = 0; b < blocks; b += 2) {
       for (int r = 0; r < 16; ++r) {
         __m512i wa = _mm512_setzero_si512(), wb = _mm512_setzero_si512();
         const int64_t block = (n0 + r) * blocks + b;
-        if (n0 + r < n) expand_pair<Q8>(levels + block * kBlockBytes<Q8>, dm + block * 2, &wa, &wb);
+        if (n0 + r < n)
+          expand_pair<Q8>(levels + block * kBlockBytes<Q8>, scales.data() + (r * blocks + b) * 2, &wa, &wb);
         _mm512_store_si512(a + r * 32, wa);
         _mm512_store_si512(a + (16 + r) * 32, wb);
       }
@@ -148,7 +166,7 @@ void amx_groups(const uint8_t* levels, const float* dm, const uint32_t* bt, floa
 }
 
 template <bool Q8>
-void amx_all(const uint16_t* xp, const uint8_t* levels, const float* dm, float* y, int64_t rows, int64_t k,
+void amx_all(const uint16_t* xp, const uint8_t* levels, const uint16_t* dm, float* y, int64_t rows, int64_t k,
              int64_t n) {
   // x^T in tile order: bt[pair][m] = the two bf16 of xp row m at that pair; rows past x stay zero.
   std::vector<uint32_t> bt(k / 2 * 16, 0);
@@ -173,7 +191,7 @@ inline constexpr int64_t kRegisterRows = 2;  // up to here registers beat AMX (b
 inline int64_t max_rows(bool) { return 16; }
 
 template <bool Q8>
-void register_rows(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, int64_t rows, int64_t k,
+void register_rows(const uint16_t* xs, const uint8_t* q, const uint16_t* s, float* ys, int64_t rows, int64_t k,
                    int64_t n) {
   switch (rows) {
     case 1: dot_all<Q8, 1>(q, s, xs, ys, k, n); break;
@@ -185,7 +203,7 @@ void register_rows(const uint16_t* xs, const uint8_t* q, const float* s, float* 
 }
 
 template <bool Q8>
-void multiply(const uint16_t* xs, const uint8_t* q, const float* s, float* ys, int64_t rows, int64_t k,
+void multiply(const uint16_t* xs, const uint8_t* q, const uint16_t* s, float* ys, int64_t rows, int64_t k,
               int64_t n, bool amx) {
   if (rows > kRegisterRows && amx && amx_available()) {
     amx_all<Q8>(xs, q, s, ys, rows, k, n);
