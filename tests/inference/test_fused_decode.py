@@ -16,7 +16,7 @@ from inference.model_io import ScheduledChunk
 from inference.model_runner import ModelRunner
 from inference.models import DecoderForCausalLM, kernel_build
 from inference.models.fused_decode import FusedDecode
-from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
+from tests.inference.real_model import MAX_TOKENS, chat_ids, make_engine, prompts, worst_gap_to_fp32
 
 pytestmark = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the Q4 kernels need AVX512-BF16")
 
@@ -136,3 +136,25 @@ def test_indexes_outside_the_cache_are_refused_before_any_read(bf16_model: Loade
         call(1, 0, 0, [blocks])
     with pytest.raises(RuntimeError, match="context longer than its table"):
         call(1, block_size, 0, [0])
+
+
+@pytest.mark.slow
+def test_its_rows_are_batch_invariant_so_bf16_speculation_changes_no_token(bf16_model: LoadedModel) -> None:
+    """Each row's sums run in the same order whatever the step holds (the Q4 kernel accumulates every
+    weight row against every activation row alike; attention is per row), so verifying drafts as extra rows
+    gives the very tokens that one-row decode steps give, in bf16 too."""
+    tokenizer = bf16_model.tokenizer
+    prompts = [
+        chat_ids(tokenizer, "Repeat this text exactly: The committee met on Monday to discuss the budget."),
+        list(tokenizer.encode("red green blue red green blue red green blue red green blue")),
+    ]
+    params = SamplingParams(temperature=0, max_tokens=40)
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+    outputs = {}
+    for name, extra in (("plain", {}), ("speculative", {"speculative": spec})):
+        engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=2, **extra)
+        assert runner_of(engine).fused_decode is not None
+        outputs[name] = [out.outputs[0].token_ids for out in engine.generate(prompts, params)]
+        if extra:
+            assert engine.stats().spec_decode_num_accepted_tokens > 10
+    assert outputs["speculative"] == outputs["plain"]
