@@ -235,8 +235,13 @@ def spec_table(res: Results) -> list[str]:
 def rss_table(res: Results) -> list[str]:
     ours = res.rss("ours")
     lines = ["| server | peak RSS, whole run (MiB) | ours/that |", "|---|---:|---:|"]
-    for server, old in (("ours", None), ("ours-spec", None), ("llama", None), ("llama-spec", None),
-                        ("transformers", "peer")):
+    for server, old in (
+        ("ours", None),
+        ("ours-spec", None),
+        ("llama", None),
+        ("llama-spec", None),
+        ("transformers", "peer"),
+    ):
         mib = res.rss(server, old)
         if mib is not None:
             lines.append(f"| {SERVER_NAMES[server]} | {fmt(mib)} | {fmt(ratio(ours, mib))} |")
