@@ -7,6 +7,13 @@
 #   bench/gpu_check.sh --smoke         # tiny model on CPU, to check the plumbing without a GPU
 #   bench/gpu_check.sh --models qwen3-0.6b --num-prompts 64    # any other bench.gpu_check option
 #   bench/gpu_check.sh --eager         # our engine without CUDA graphs (enforce_eager)
+#   bench/gpu_check.sh --sync-steps    # our engine without async scheduling (A/B against the pipeline)
+#   bench/gpu_check.sh --models qwen3-0.6b --dtype float32 --oracle-only   # the strict fp32 oracle
+#       (tie tolerance 1e-3 instead of bf16 rounding; a minute or two on an H200)
+#
+# Our throughput run also prints the engine's own per-phase step times (schedule, inputs, forward, sample,
+# outputs, wait) and its full-batch decode steps against their memory-bound floor (bench/gpu_check/floor.py;
+# --bandwidth-gbs overrides the H200's 4300 GB/s copy ceiling).
 #
 # Python: $PYTHON, else ./.venv/bin/python, else python3 (the machine's own torch + transformers).
 # With $OUT set (the device machine's folder of files that come back), the whole log goes to

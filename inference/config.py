@@ -149,8 +149,12 @@ class EngineConfig:
     max_step_latency_ms: float | None = 250.0
     attention_backend: str = "auto"
     enforce_eager: bool = False  # CUDA: no decode graphs (slower; for debugging, as in vLLM)
-    # Time each step's phases into EngineStats.step_timings (benchmarks; costs a device sync per step).
+    # Time each step's phases into EngineStats.step_timings (benchmarks; a synchronous step then costs a
+    # device sync).
     record_step_timings: bool = False
+    # Schedule and launch step N+1 while step N runs on the device, its sampled ids feeding N+1 there
+    # (inference.async_step). None: on for CUDA, off on CPU (where the device work is synchronous).
+    async_scheduling: bool | None = None
     # "gguf": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
     quantization: str = "none"
     seed: int = 0
@@ -187,6 +191,10 @@ class EngineConfig:
         if self.speculative is not None and self.engine_type != "native":
             raise ValueError(
                 f"speculative applies to engine type 'native' only (type is {self.engine_type!r})"
+            )
+        if self.async_scheduling not in (None, True, False):
+            raise ValueError(
+                f"async_scheduling must be true, false or null (auto), got {self.async_scheduling!r}"
             )
         self.model_config()
         self.cache_config()

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from inference.model_io import InFlightIds
 from inference.models import DecoderForCausalLM
 
 logger = logging.getLogger(__name__)
@@ -115,8 +116,12 @@ class DecodeGraphs:
         slots: np.ndarray,
         block_tables: list[list[int]],
         context_lens: list[int],
+        in_flight: InFlightIds | None = None,
     ) -> torch.Tensor:
-        """Hidden states [batch, hidden] of one decode step; the arrays are per row, in batch order."""
+        """Hidden states [batch, hidden] of one decode step; the arrays are per row, in batch order.
+
+        in_flight: ids still on the device (async scheduling), written over input_ids' placeholders.
+        """
         batch = len(input_ids)
         size = self.padded_size(batch)
         if size is None:
@@ -140,6 +145,8 @@ class DecodeGraphs:
             table[row, :used] = blocks[:used]
         for name, buffer in self._buffers().items():
             buffer[:size].copy_(self._host[name][:size], non_blocking=True)
+        if in_flight is not None:
+            in_flight.patch(self.input_ids)
         if self._uploaded is not None:
             self._uploaded.record()
         if self.device.type == "cuda":

@@ -1,4 +1,5 @@
-"""LLMEngine: the synchronous step loop (schedule, execute, postprocess), usable offline.
+"""LLMEngine: the step loop (schedule, execute, postprocess), usable offline. With async scheduling its
+steps run pipelined, one launched ahead of the host's processing (inference.async_step).
 
 Over 300 lines: admission, the step and the per-request failure path all work on the one request table,
 and splitting them would only pass it around.
@@ -13,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from inference.async_step import make_pipeline, strip_placeholder
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
 from inference.errors import EngineBrokenError, PromptTooLongError, QueueFullError, RequestFailedError
 from inference.logprobs import LogprobBuilder
-from inference.metrics import EngineStats, MetricsCollector
-from inference.model_io import ScheduledChunk, StepLogits
+from inference.metrics import EngineStats, MetricsCollector, StepClock
+from inference.model_io import InFlightIds, ScheduledChunk, StepLogits
 from inference.outputs import RequestOutput
 from inference.request import Request
 from inference.sampler import Sampler
@@ -48,7 +50,8 @@ class Runner(Protocol):
     kv_capacity_tokens: int
     vocab_size: int
 
-    def execute(self, chunks: list[ScheduledChunk]) -> StepLogits: ...
+    # in_flight: only passed when async scheduling is on (a runner then sets supports_in_flight_ids).
+    def execute(self, chunks: list[ScheduledChunk], in_flight: InFlightIds | None = None) -> StepLogits: ...
 
 
 class LLMEngine:
@@ -84,6 +87,8 @@ class LLMEngine:
         self._failures: list[tuple[str, RequestFailedError]] = []  # requests that failed alone
         self._failed_steps_in_a_row = 0
         self._ids = itertools.count()
+        self.clock = StepClock(None)  # the current step's phase timer
+        self._pipeline = make_pipeline(self)  # async scheduling, or None for the plain loop
 
     # ---- requests ---------------------------------------------------------------------------------
     def encode(self, prompt: str | list[int]) -> list[int]:
@@ -148,6 +153,8 @@ class LLMEngine:
         if request is None:
             return
         request.aborted = True
+        for seq in request.seqs.values():
+            strip_placeholder(seq)  # a token in flight (async scheduling) that its client never saw
         self.scheduler.finish_requests(list(request.seqs.values()), SequenceStatus.FINISHED_ABORTED)
         self._pending.append(self._finalize(request, time.time()))
 
@@ -191,20 +198,38 @@ class LLMEngine:
 
     # ---- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        started = time.perf_counter()
+        if self._pipeline is not None:
+            return self._pipeline.step()
+        clock = self.new_clock()
         scheduled = self.scheduler.schedule()
-        scheduled_at = time.perf_counter()
-        logits = self._execute(scheduled) if not scheduled.is_empty else None
-        timings = self.metrics.step_timings
-        if timings is not None and logits is not None and logits.last.is_cuda:
-            torch.cuda.synchronize(logits.last.device)  # the forward's own time, not just its launch
-        executed_at = time.perf_counter()
+        clock.lap("schedule")
+        logits = None
+        if not scheduled.is_empty:
+            started = time.perf_counter()
+            logits = self._execute(scheduled)
+            self.lap_forward(
+                started, logits.last.device if logits is not None and logits.last.is_cuda else None
+            )
         outputs = self._postprocess(scheduled, logits)
         self.scheduler.record_step(scheduled, time.perf_counter() - scheduled.started_at)  # sizes chunks
-        if timings is not None:
-            now = time.perf_counter()
-            timings.add(scheduled_at - started, executed_at - scheduled_at, now - executed_at)
+        clock.done()
         return outputs
+
+    def new_clock(self) -> StepClock:
+        self.clock = StepClock(self.metrics.step_timings)
+        return self.clock
+
+    def lap_forward(self, started: float, sync: torch.device | None) -> None:
+        """Charge the runner's call since `started` to inputs and forward; `sync`: a CUDA device to await
+        first, so that the forward's own time counts, not just its launch."""
+        if self.clock.timings is None:
+            return
+        if sync is not None:
+            torch.cuda.synchronize(sync)
+        ready = getattr(self.runner, "inputs_ready_at", 0.0)
+        if ready >= started:
+            self.clock.lap("inputs", ready)
+        self.clock.lap("forward")
 
     def _execute(self, scheduled: SchedulerOutput) -> StepLogits | None:
         try:
@@ -244,14 +269,21 @@ class LLMEngine:
         )
 
     # ---- postprocess ------------------------------------------------------------------------------
-    def _postprocess(self, scheduled: SchedulerOutput, logits: StepLogits | None) -> list[RequestOutput]:
-        now = time.time()
+    def mark_scheduled(self, scheduled: SchedulerOutput) -> None:
         for seq in scheduled.seqs:
             request = self._requests[seq.request_id]  # isolation already dropped failed requests' seqs
             if request.metrics.first_scheduled_time is None:
                 request.metrics.first_scheduled_time = scheduled.created_at
                 request.metrics.num_cached_tokens = seq.num_cached_tokens
                 self.metrics.observe("queue_time", scheduled.created_at - request.metrics.arrival_time)
+
+    def take_pending(self) -> list[RequestOutput]:
+        pending, self._pending = self._pending, []
+        return pending
+
+    def _postprocess(self, scheduled: SchedulerOutput, logits: StepLogits | None) -> list[RequestOutput]:
+        now = time.time()
+        self.mark_scheduled(scheduled)
         done = self.scheduler.update_computed(scheduled)
         touched: dict[str, Request] = {}
         if logits is not None:
@@ -264,7 +296,13 @@ class LLMEngine:
                 touched = self._sample([scheduled.seqs[i] for i in plain], last, now)
             if len(plain) < len(rows):
                 touched.update(self._verify([i for i in rows if i not in plain], scheduled, logits, now))
-        outputs, self._pending = self._pending, []
+        outputs = self.emit(touched, now)
+        self.clock.lap("outputs")
+        return outputs
+
+    def emit(self, touched: dict[str, Request], now: float) -> list[RequestOutput]:
+        """The pending aborts' outputs, then one for each request that got tokens."""
+        outputs = self.take_pending()
         for request in touched.values():
             if request.request_id not in self._requests:
                 continue  # failed while its output was being made
@@ -276,10 +314,12 @@ class LLMEngine:
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor, now: float) -> dict[str, Request]:
         """Sample one token for each of seqs and append it; returns the requests that got tokens."""
+        self.clock.lap("outputs")
         try:
             result = self.sampler(logits, seqs)
         except Exception:
             seqs, result = sample_isolating(self.sampler, logits, seqs, self.fail_request)
+        self.clock.lap("sample")
         touched: dict[str, Request] = {}
         for seq, token_id, lps in zip(seqs, result.token_ids, result.logprobs, strict=True):
             request = self._requests.get(seq.request_id)

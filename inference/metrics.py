@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -35,23 +37,69 @@ class Histogram:
         return Histogram(self.buckets, list(self.counts), self.sum, self.count)
 
 
+STEP_PHASES = ("schedule", "inputs", "forward", "sample", "outputs", "wait")
+
+
 @dataclass(slots=True)
 class StepTimings:
-    """Seconds spent in each phase of every step so far (opt-in: EngineConfig.record_step_timings)."""
+    """Seconds spent in each phase of every step so far (opt-in: EngineConfig.record_step_timings).
+
+    schedule: the scheduler. inputs: the host batch, its copies to the device and the attention metadata.
+    forward: the model and its head; a synchronous step awaits it on CUDA (one device sync per step), a
+    pipelined one (async_scheduling) only launches it. sample: choosing the tokens. outputs: appending
+    them, detokenizing, stop checks, building RequestOutputs. wait: a pipelined step's host time blocked
+    on the previous step's sampled ids (the device work the host could not hide); 0 when synchronous.
+    device_forward_s: a pipelined CUDA step's forward as the device timed it (CUDA events), else 0.
+    """
 
     steps: int = 0
     schedule_s: float = 0.0
-    execute_s: float = 0.0  # the forward pass, awaited on the device
-    postprocess_s: float = 0.0  # sampling, detokenizing, stop checks, outputs
+    inputs_s: float = 0.0
+    forward_s: float = 0.0
+    sample_s: float = 0.0
+    outputs_s: float = 0.0
+    wait_s: float = 0.0
+    device_forward_s: float = 0.0
 
-    def add(self, schedule_s: float, execute_s: float, postprocess_s: float) -> None:
+    def add(self, phases: dict[str, float]) -> None:
         self.steps += 1
-        self.schedule_s += schedule_s
-        self.execute_s += execute_s
-        self.postprocess_s += postprocess_s
+        for name, seconds in phases.items():
+            setattr(self, f"{name}_s", getattr(self, f"{name}_s") + seconds)
+
+    @property
+    def total_s(self) -> float:
+        return sum(getattr(self, f"{name}_s") for name in STEP_PHASES)
 
     def copy(self) -> StepTimings:
-        return StepTimings(self.steps, self.schedule_s, self.execute_s, self.postprocess_s)
+        return dataclasses.replace(self)
+
+
+class StepClock:
+    """Splits one step's wall time into STEP_PHASES: each lap charges the time since the previous one to
+    a phase. A no-op when timings are off, so the step loop can call it unconditionally."""
+
+    __slots__ = ("_last", "phases", "timings")
+
+    def __init__(self, timings: StepTimings | None) -> None:
+        self.timings = timings
+        self.phases: dict[str, float] = dict.fromkeys(STEP_PHASES, 0.0)
+        self._last = time.perf_counter() if timings is not None else 0.0
+
+    def lap(self, phase: str, until: float | None = None) -> None:
+        """Charge the time since the last lap (up to `until`, a perf_counter reading, else now) to phase."""
+        if self.timings is None:
+            return
+        now = time.perf_counter() if until is None else until
+        self.phases[phase] += max(now - self._last, 0.0)
+        self._last = now
+
+    def add_device_forward(self, seconds: float) -> None:
+        if self.timings is not None:
+            self.timings.device_forward_s += seconds
+
+    def done(self) -> None:
+        if self.timings is not None:
+            self.timings.add(self.phases)
 
 
 @dataclass(slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import cast
 
 import numpy as np
@@ -20,7 +21,7 @@ from inference.kv_cache import (
     mib,
 )
 from inference.loader import LoadedModel
-from inference.model_io import ScheduledChunk, StepLogits
+from inference.model_io import InFlightIds, ScheduledChunk, StepLogits
 from inference.models import DecoderForCausalLM
 from inference.models.fused_decode import FusedDecode
 from inference.step_inputs import host_batch
@@ -88,6 +89,10 @@ class ModelRunner:
         self.num_blocks = 0
         self.decode_graphs: DecodeGraphs | None = None
         self.fused_decode: FusedDecode | None = None
+        # perf_counter when the latest execute() had its inputs on the device: the engine's step timings
+        # split inputs from forward there.
+        self.inputs_ready_at = 0.0
+        self.supports_in_flight_ids = True  # execute() takes async scheduling's device-resident ids
 
         spec = self.model.kv_cache_spec(loaded.dtype)
         per_block = spec.bytes_per_block(block_size)
@@ -229,11 +234,16 @@ class ModelRunner:
         self.num_blocks = 0
 
     @torch.inference_mode()
-    def execute(self, chunks: list[ScheduledChunk]) -> StepLogits:
-        """One forward over every chunk; float32 logits at each chunk's last position (all on request)."""
+    def execute(self, chunks: list[ScheduledChunk], in_flight: InFlightIds | None = None) -> StepLogits:
+        """One forward over every chunk; float32 logits at each chunk's last position (all on request).
+
+        in_flight: input ids still on the device (async scheduling), written over the chunks' placeholders.
+        """
         batch = host_batch(
             chunks, block_size=self.block_size, max_model_len=self.max_model_len, num_blocks=self.num_blocks
         )
+        # The graph and fused paths copy their inputs inside their forward call, which counts as forward.
+        self.inputs_ready_at = time.perf_counter()
         graphs = self.decode_graphs
         if (
             graphs is not None
@@ -241,7 +251,12 @@ class ModelRunner:
             and not any(c.return_all_logits for c in chunks)
         ):
             hidden = graphs.run(
-                batch.input_ids, batch.positions, batch.slots, batch.block_tables, batch.context_lens
+                batch.input_ids,
+                batch.positions,
+                batch.slots,
+                batch.block_tables,
+                batch.context_lens,
+                in_flight,
             )
             return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})
         fused = self.fused_decode
@@ -249,6 +264,8 @@ class ModelRunner:
             rows = [
                 table for table, n in zip(batch.block_tables, batch.query_lens, strict=True) for _ in range(n)
             ]
+            if in_flight is not None:
+                in_flight.patch_host(batch.input_ids)
             hidden = fused.run(batch.input_ids, batch.positions, batch.slots, rows)
             return self._logits(chunks, batch.query_lens, hidden)
         dev = self.device
@@ -261,7 +278,12 @@ class ModelRunner:
             device=dev,
         )
         meta = self.backend.build_metadata(layout)
-        hidden = self.model(_to_device(batch.input_ids, dev), _to_device(batch.positions, dev), meta)
+        input_ids = _to_device(batch.input_ids, dev)
+        if in_flight is not None:
+            in_flight.patch(input_ids)
+        positions = _to_device(batch.positions, dev)
+        self.inputs_ready_at = time.perf_counter()
+        hidden = self.model(input_ids, positions, meta)
         return self._logits(chunks, batch.query_lens, hidden)
 
     def _logits(

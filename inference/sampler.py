@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inference.model_io import small_tensor as _small
 from inference.rejection_sampler import verify_greedy, verify_sampled
 from inference.sequence import Sequence
 
@@ -32,6 +33,7 @@ class Sampler:
         self.eos_token_ids = eos_token_ids
         self._generator = torch.Generator()
         self._generator.manual_seed(seed)
+        self._device_generator: torch.Generator | None = None
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
         logits = logits.float()
@@ -40,8 +42,20 @@ class Sampler:
             self._process(logits, seqs)
         want_logprobs = [s.params.logprobs is not None for s in seqs]
         logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
-        token_ids = self._choose(logits, seqs)
+        token_ids = [int(t) for t in self._choose(logits, seqs).tolist()]
         return SampleResult(token_ids, self._gather_logprobs(logprobs, token_ids, seqs))
+
+    def sample_ids(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """The chosen ids as an int64 tensor on the logits' device, without logprobs: async scheduling
+        keeps them there for the next step's inputs. Nothing here waits for the device, except where a row
+        has its own seeded generator (CPU noise copied over), or its logits are edited (logit_bias, a
+        min_tokens floor). Exact like __call__ only for rows whose processing does not read tokens still
+        in flight: inference.async_step admits only such rows."""
+        logits = logits.float()
+        if any(_edits_logits(seq) for seq in seqs):
+            logits = logits.clone()
+            self._process(logits, seqs)
+        return self._choose(logits, seqs)
 
     def verify(self, logits: torch.Tensor, seq: Sequence, draft: list[int]) -> SampleResult:
         """The tokens seq emits from a draft, given logits at its len(draft) + 1 verified positions.
@@ -74,7 +88,7 @@ class Sampler:
                 ids, vals = seq.logit_bias
                 valid = ids < logits.shape[1]
                 logits[row].index_add_(
-                    0, ids[valid].to(logits.device), vals[valid].to(logits.device, logits.dtype)
+                    0, _small(ids[valid], logits.device), _small(vals[valid], logits.device).to(logits.dtype)
                 )
             if seq.num_output_tokens < params.min_tokens:
                 banned = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_token_ids)
@@ -91,25 +105,33 @@ class Sampler:
             _apply_penalties(logits, [seqs[i] for i in rows], rows)
 
     # ---- choosing ---------------------------------------------------------------------------------
-    def _choose(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+    def _choose(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         # max(dim).indices is argmax with the same first-index tie rule, and 2.7x faster on CPU at 16 x 49152.
         chosen = logits.max(dim=-1).indices
         random_rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if random_rows:
-            sub = logits[random_rows]
-            temps = torch.tensor([seqs[i].params.temperature for i in random_rows], device=logits.device)
+            index = _small(random_rows, logits.device)
+            sub = logits.index_select(0, index)
+            temps = _small([seqs[i].params.temperature for i in random_rows], logits.device)
             probs = _truncate(sub / temps.unsqueeze(1), [seqs[i] for i in random_rows]).softmax(dim=-1)
-            noise = self._noise(probs.shape, [seqs[i] for i in random_rows]).to(probs.device)
+            noise = self._noise(probs.shape, [seqs[i] for i in random_rows], probs.device)
             # Exponential-race sampling: argmax(p / E) with E ~ Exp(1) draws from p, one row at a time.
-            chosen[random_rows] = (probs / noise).max(dim=-1).indices
-        return [int(t) for t in chosen.tolist()]
+            chosen[index] = (probs / noise).max(dim=-1).indices
+        return chosen
 
-    def _noise(self, shape: torch.Size, seqs: list[Sequence]) -> torch.Tensor:
+    def _noise(self, shape: torch.Size, seqs: list[Sequence], device: torch.device) -> torch.Tensor:
+        if device.type == "cuda" and all(seq.generator is None for seq in seqs):
+            # Drawn where it is used: a copy from the host would wait for the forward queued before it.
+            if self._device_generator is None:
+                self._device_generator = torch.Generator(device)
+                self._device_generator.manual_seed(int(self._generator.initial_seed()))
+            noise = torch.empty(shape, device=device).exponential_(generator=self._device_generator)
+            return noise.clamp_min_(1e-10)
         noise = torch.empty(shape).exponential_(generator=self._generator)
         for row, seq in enumerate(seqs):
             if seq.generator is not None:
                 noise[row].exponential_(generator=seq.generator)
-        return noise.clamp_min_(1e-10)
+        return noise.clamp_min_(1e-10).to(device)
 
     # ---- logprobs ---------------------------------------------------------------------------------
     def _gather_logprobs(
@@ -170,11 +192,11 @@ def _truncate(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     if any(top_ks) or any(p < _TOP_P_OFF for p in top_ps):
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         vocab = logits.shape[1]
-        k = torch.tensor([k if k > 0 else vocab for k in top_ks], device=logits.device).unsqueeze(1)
+        k = _small([k if k > 0 else vocab for k in top_ks], logits.device).unsqueeze(1)
         ranks = torch.arange(vocab, device=logits.device).unsqueeze(0)
         mask = ranks >= k
         probs = sorted_logits.masked_fill(mask, float("-inf")).softmax(dim=-1)
-        p = torch.tensor(top_ps, device=logits.device).unsqueeze(1)
+        p = _small(top_ps, logits.device).unsqueeze(1)
         # Keep a token while the mass before it is below p; the top token always stays.
         mask |= (probs.cumsum(dim=-1) - probs) >= p
         mask[:, 0] = False
@@ -182,8 +204,6 @@ def _truncate(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         logits = torch.empty_like(logits).scatter_(1, order, sorted_logits)
     if any(min_ps):
         probs = logits.softmax(dim=-1)
-        threshold = (
-            torch.tensor(min_ps, device=logits.device).unsqueeze(1) * probs.max(dim=-1, keepdim=True).values
-        )
+        threshold = _small(min_ps, logits.device).unsqueeze(1) * probs.max(dim=-1, keepdim=True).values
         logits = logits.masked_fill(probs < threshold, float("-inf"))
     return logits

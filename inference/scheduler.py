@@ -143,6 +143,9 @@ class Scheduler:
         self.running: list[Sequence] = []  # kept sorted by sort_key; the tail is preempted first
         self.num_preemptions = 0
         self.cost = StepCostModel()
+        # Async scheduling: running sequences whose token still in flight ends them whatever it is
+        # (max_tokens, max_model_len); the next schedule() gives them no row. Cleared by each schedule().
+        self.finishing: set[int] = set()
 
     # ---- queue management -------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -170,8 +173,9 @@ class Scheduler:
     # ---- scheduling -------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        decodes = [s for s in self.running if s.is_decoding]
+        decodes = [s for s in self.running if s.is_decoding and s.seq_id not in self.finishing]
         prefills = [s for s in self.running if not s.is_decoding]
+        self.finishing.clear()
         budget = self._token_budget(len(decodes))
         # Drafts get what is left once every decode has its token and waiting prompts their floor.
         undrafted = len(decodes)

@@ -15,7 +15,8 @@ Per model, in this order (each phase guarded: a crash is printed with its traceb
    through HF's ContinuousBatchingManager. The HF model is then freed, so both sides get the same memory.
 4. ours: LLMEngine loads the saved directory; oracle: our greedy tokens vs HF's. A divergence where HF's
    logits of the two candidates are within `--tie-tol` is reported as a tie (bf16 rounding), not a failure.
-5. our throughput on the same prompts.
+5. our throughput on the same prompts (async scheduling unless `--sync-steps`), with the engine's per-phase
+   step times and its full-batch decode steps against their memory-bound floor (floor.py).
 
 Both throughput runs of a model get the same time slice, carved from `--budget-s` after reserving an estimate
 of the setup still ahead; a run cut short says so, and counts the tokens generated so far. The final tables
@@ -23,6 +24,6 @@ come last (whoever reads only the tail of the log gets them); `--json` also writ
 Exit status: 0 when every phase ran and every oracle passed, 1 otherwise.
 
 Modules: zoo (model shapes, building, prompts), budget (the time budget), hf_compat and hf_side (Hugging
-Face), ours (our engine), oracle (comparing tokens), report (results and their output), run (one model's
-phases), cli (options and the loop over models).
+Face), ours (our engine), floor (a decode step's memory-bound floor), oracle (comparing tokens), report
+(results and their output), run (one model's phases), cli (options and the loop over models).
 """

@@ -37,6 +37,16 @@ def parser() -> argparse.ArgumentParser:
     # and that working set is not part of the engine's memory profiling step. HF gets the same share.
     p.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     p.add_argument("--eager", action="store_true", help="our engine without CUDA graphs (enforce_eager)")
+    p.add_argument(
+        "--sync-steps", action="store_true", help="our engine without async scheduling (one step at a time)"
+    )
+    p.add_argument(
+        "--bandwidth-gbs",
+        type=float,
+        default=None,
+        help="device copy bandwidth (GB/s, read + write) for the memory-bound floor; default: H200's "
+        "4300 on CUDA, measured on CPU",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--oracle-only", action="store_true", help="skip both throughput runs")
     p.add_argument(
@@ -47,8 +57,11 @@ def parser() -> argparse.ArgumentParser:
 
 def parse_settings(args: argparse.Namespace, p: argparse.ArgumentParser) -> tuple[list[str], Settings] | None:
     common: dict[str, Any] = dict(
-        budget_s=args.budget_s, seed=args.seed, eager=args.eager, oracle_only=args.oracle_only
-    )
+        budget_s=args.budget_s, seed=args.seed, eager=args.eager, oracle_only=args.oracle_only,
+        bandwidth_gbs=args.bandwidth_gbs,
+        # --smoke pipelines on the CPU too (off by default there), so the plumbing check covers it.
+        async_scheduling=False if args.sync_steps else (True if args.smoke else None),
+    )  # fmt: skip
     if args.smoke:
         smoke = Settings(
             device="cpu", dtype="float32", num_prompts=8, input_len=(10, 40), output_len=(10, 40),

@@ -9,9 +9,11 @@ from typing import Any
 import torch
 
 from bench.gpu_check.budget import run_deadline
+from bench.gpu_check.floor import StepLog, bandwidth, floor_report
 from bench.gpu_check.memory import peak_mib, reset_peak
 from bench.gpu_check.report import Settings, Throughput
 from inference import EngineConfig, LLMEngine, SamplingParams
+from inference.metrics import STEP_PHASES
 
 
 def our_engine(model_dir: Path, settings: Settings, max_model_len: int, max_num_seqs: int) -> LLMEngine:
@@ -24,7 +26,10 @@ def our_engine(model_dir: Path, settings: Settings, max_model_len: int, max_num_
         max_num_batched_tokens=max(4096, settings.input_len[1]),
         gpu_memory_utilization=settings.gpu_memory_utilization,
         enforce_eager=settings.eager,
-        record_step_timings=True,  # the forward's share of a step; the sampler syncs each step anyway
+        # Per-phase step times. A synchronous step then awaits its forward (one device sync per step); a
+        # pipelined one (async scheduling) is not slowed, its device time shows as `wait`.
+        record_step_timings=True,
+        async_scheduling=settings.async_scheduling,
     )
     return LLMEngine(config)
 
@@ -46,9 +51,12 @@ def _runner_note(engine: LLMEngine, settings: Settings, result: Throughput) -> N
     )
     if settings.eager:
         result.add_note("--eager")
+    pipelined = getattr(engine, "_pipeline", None) is not None
+    result.extra["async_scheduling"] = pipelined
+    result.add_note("async scheduling" if pipelined else "synchronous steps")
 
 
-_PHASES = ("schedule", "execute", "postprocess")
+_PHASES = (*STEP_PHASES, "device_forward")
 
 
 def _latency_totals(engine: LLMEngine) -> dict[str, tuple[float, int]]:
@@ -61,6 +69,20 @@ def _latency_totals(engine: LLMEngine) -> dict[str, tuple[float, int]]:
         for name in _PHASES:
             totals[name] = (getattr(timings, f"{name}_s"), timings.steps)
     return totals
+
+
+def _phase_line(phases: dict[str, float], steps: int, result: Throughput) -> None:
+    """The engine's own per-phase step times over this run: ms per step and share of the step."""
+    total = sum(phases[name] for name in STEP_PHASES)
+    if not steps or total <= 0:
+        return
+    per_step = {name: phases[name] / steps * 1e3 for name in _PHASES}
+    result.extra["phases_ms"] = {name: round(ms, 3) for name, ms in per_step.items()}
+    parts = [f"{name} {per_step[name]:.2f} ({phases[name] / total:.0%})" for name in STEP_PHASES]
+    line = "ms per step: " + ", ".join(parts)
+    if phases["device_forward"] > 0:
+        line += f"; forward on the device {per_step['device_forward']:.2f}"
+    result.extra["phases"] = line
 
 
 def _step_note(
@@ -77,11 +99,12 @@ def _step_note(
     result.extra.update(steps=steps, step_ms=round(step_ms, 2))
     note = f"{steps} steps, {step_ms:.1f} ms each"
     after = _latency_totals(engine)
-    phases = {name: after[name][0] - before.get(name, (0.0, 0))[0] for name in _PHASES}
-    if sum(phases.values()) > 0:
-        share = phases["execute"] / sum(phases.values())
+    phases = {name: after[name][0] - before.get(name, (0.0, 0))[0] for name in _PHASES if name in after}
+    if phases and sum(phases[name] for name in STEP_PHASES) > 0:
+        share = phases["forward"] / sum(phases[name] for name in STEP_PHASES)
         result.extra["forward_share"] = round(share, 3)
         note += f", forward {share:.0%} of step time"
+        _phase_line(phases, after["forward"][1] - before.get("forward", (0.0, 0))[1], result)
     for name, label, scale, unit in (("itl", "ITL", 1e3, "ms"), ("ttft", "TTFT", 1.0, "s")):
         seconds = after[name][0] - before[name][0]
         count = after[name][1] - before[name][1]
@@ -94,6 +117,7 @@ def _step_note(
 
 def our_throughput(
     engine: LLMEngine,
+    model_name: str,
     prompts: list[list[int]],
     outputs: list[int],
     settings: Settings,
@@ -107,6 +131,8 @@ def our_throughput(
     reset_peak(settings.device)
     generated: dict[str, int] = {}
     steps = 0
+    log = StepLog()
+    scheduler = engine.scheduler
     latencies = _latency_totals(engine)
     started = time.perf_counter()
     deadline = run_deadline(result, started, slice_s, hard_end)
@@ -119,7 +145,13 @@ def our_throughput(
                 result.cut = True
                 break
             steps += 1
-            for out in engine.step():
+            running = scheduler.running
+            decode_only = not scheduler.waiting and all(seq.is_decoding for seq in running)
+            rows, kv_tokens = len(running), sum(len(seq) for seq in running)
+            step_started = time.perf_counter()
+            step_outputs = engine.step()
+            log.add(time.perf_counter() - step_started, rows, kv_tokens, decode_only)
+            for out in step_outputs:
                 generated[out.request_id] = len(out.outputs[0].token_ids)
                 if out.finished:
                     result.requests_done += 1
@@ -135,6 +167,8 @@ def our_throughput(
         while engine.has_unfinished_requests():
             engine.step()
     _step_note(engine, steps, latencies, result)
+    bytes_per_s, source = bandwidth(settings.device, settings.bandwidth_gbs)
+    result.extra.update(floor_report(log, model_name, settings.dtype, bytes_per_s, source))
     if result.cut:
         result.add_note(f"cut at {result.seconds:.0f}s: tokens of unfinished requests counted")
     elif result.requests_done < result.requests:

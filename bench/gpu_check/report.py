@@ -26,6 +26,8 @@ class Settings:
     seed: int
     eager: bool = False
     oracle_only: bool = False
+    async_scheduling: bool | None = None  # None: the engine's default (on for CUDA)
+    bandwidth_gbs: float | None = None  # the device's copy bandwidth for the floor; None: see floor.py
 
 
 @dataclass
@@ -104,6 +106,10 @@ def print_reports(reports: list[ModelReport], settings: Settings) -> None:
                 f"| {run.system} | {run.requests_done}/{run.requests} | {run.seconds:.1f} "
                 f"| {run.slice_s:.0f} | {run.tok_s:.0f} | {total:.0f} | {run.peak_mem_mib:.0f} | {note} |"
             )
+        for run in report.runs:
+            for key in ("phases", "floor"):
+                if run.extra.get(key):
+                    print(f"\n{run.system} {key}: {run.extra[key]}")
         by_system = {run.system.split()[0]: run for run in report.runs}
         if "ours" in by_system and "HF" in by_system and by_system["HF"].tok_s:
             cut = " (a run was cut short: compare with care)" if any(r.cut for r in report.runs) else ""

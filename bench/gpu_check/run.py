@@ -123,7 +123,7 @@ def run_model(
                 report,
                 "our throughput",
                 device,
-                lambda: our_throughput(engine, prompts, outputs, settings, slice_s, hard_end),
+                lambda: our_throughput(engine, name, prompts, outputs, settings, slice_s, hard_end),
             )
             if ours_run is not None:
                 report.runs.insert(0, ours_run)

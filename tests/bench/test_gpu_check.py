@@ -59,3 +59,31 @@ def test_verdict_names_every_problem() -> None:
     bad = ModelReport("b", oracle_failed=True, errors=["build: boom"])
     line = verdict([ok, bad], ["a", "b", "c"], "")
     assert "b: oracle FAILED" in line and "b: build: boom" in line and "c: not run" in line
+
+
+def test_floor_of_a_decode_step() -> None:
+    from bench.gpu_check.floor import StepLog, floor_report, kv_bytes_per_token, weight_read_bytes
+
+    assert kv_bytes_per_token("qwen3-0.6b", "bfloat16") == 28 * 2 * 8 * 128 * 2
+    assert weight_read_bytes("qwen3-0.6b", "bfloat16") == 2 * num_params("qwen3-0.6b")  # tied: one table
+    untied = num_params("llama3-8b") - 128256 * 4096  # the input embedding is read by row only
+    assert weight_read_bytes("llama3-8b", "float32") == 4 * untied
+    log = StepLog()
+    log.add(0.5, 256, 1000, False)  # a prefill step: left out
+    for _ in range(3):
+        log.add(0.010, 256, 256 * 700, True)
+    log.add(0.002, 10, 10 * 700, True)  # a small batch at the tail: left out
+    report = floor_report(log, "qwen3-0.6b", "bfloat16", 4.3e12, "test")
+    floor_s = (weight_read_bytes("qwen3-0.6b", "bfloat16") + 256 * 700 * 28 * 2 * 8 * 128 * 2) / 4.3e12
+    assert report["decode_batch"] == 256 and report["decode_step_ms"] == 10.0
+    assert abs(float(report["floor_ms"]) - floor_s * 1e3) < 1e-3  # type: ignore[arg-type]
+    assert report["floor_ratio"] == round(0.010 / floor_s, 2)
+
+
+def test_cli_async_and_bandwidth_options() -> None:
+    smoke = parse_settings(parser().parse_args(["--smoke"]), parser())
+    assert smoke is not None and smoke[1].async_scheduling is True  # the CPU plumbing check pipelines
+    synced = parse_settings(
+        parser().parse_args(["--smoke", "--sync-steps", "--bandwidth-gbs", "50"]), parser()
+    )
+    assert synced is not None and synced[1].async_scheduling is False and synced[1].bandwidth_gbs == 50.0

@@ -18,7 +18,7 @@ import torch
 from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
-from inference.model_io import ScheduledChunk, StepLogits
+from inference.model_io import InFlightIds, ScheduledChunk, StepLogits
 
 EOS = 256
 VOCAB = 260
@@ -75,14 +75,22 @@ class FakeRunner:
         self.kv: dict[int, tuple[int, int]] = {}
         self.calls: list[list[tuple[int, int]]] = []  # (start, num_tokens) per chunk, per step
         self.fail_with: Exception | None = None
+        self.supports_in_flight_ids = True
+        self.in_flight_rows = 0  # input ids taken from a step still in flight (async scheduling)
 
     def slot(self, chunk: ScheduledChunk, pos: int) -> int:
         return chunk.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
-    def execute(self, chunks: list[ScheduledChunk]) -> StepLogits:
+    def execute(self, chunks: list[ScheduledChunk], in_flight: InFlightIds | None = None) -> StepLogits:
         if self.fail_with is not None:
             raise self.fail_with
         self.calls.append([(c.start, c.num_tokens) for c in chunks])
+        if in_flight is not None:  # as the model runner does: patch the flat input ids, here on the CPU
+            flat = torch.tensor([t for c in chunks for t in c.token_ids[c.start : c.start + c.num_tokens]])
+            in_flight.patch(flat)
+            chunks = _with_ids(chunks, flat.tolist())
+            self.in_flight_rows += len(in_flight.dst)
+        assert all(t >= 0 for c in chunks for t in c.token_ids[: c.start + c.num_tokens]), "a placeholder ran"
         rows, all_positions = [], {}
         for i, chunk in enumerate(chunks):
             end = chunk.start + chunk.num_tokens
@@ -98,6 +106,17 @@ class FakeRunner:
                     [context_logits(chunk.token_ids[: p + 1]) for p in range(chunk.start, end)]
                 )
         return StepLogits(last=torch.stack(rows), all_positions=all_positions)
+
+
+def _with_ids(chunks: list[ScheduledChunk], flat: list[int]) -> list[ScheduledChunk]:
+    """The chunks with their computed tokens taken from `flat` (copies: the sequences keep theirs)."""
+    out, offset = [], 0
+    for c in chunks:
+        end = c.start + c.num_tokens
+        ids = [*c.token_ids[: c.start], *flat[offset : offset + c.num_tokens], *c.token_ids[end:]]
+        out.append(ScheduledChunk(ids, c.start, c.num_tokens, c.block_table, c.return_all_logits))
+        offset += c.num_tokens
+    return out
 
 
 def fake_loaded() -> Any:

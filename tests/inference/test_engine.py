@@ -204,7 +204,10 @@ def test_step_timings_are_recorded_only_when_asked():
         steps += 1
     timings = timed.stats().step_timings
     assert timings is not None and timings.steps == steps
-    assert timings.schedule_s > 0 and timings.execute_s > 0 and timings.postprocess_s > 0
+    assert timings.schedule_s > 0 and timings.forward_s > 0 and timings.sample_s > 0 and timings.outputs_s > 0
+    assert timings.wait_s == 0 and timings.device_forward_s == 0  # synchronous, on the CPU
+    phases = ("schedule", "inputs", "forward", "sample", "outputs", "wait")
+    assert timings.total_s == pytest.approx(sum(getattr(timings, f"{p}_s") for p in phases))
     snapshot = timed.stats().step_timings
     timed.step()
     assert snapshot is not None and snapshot.steps == steps  # a snapshot is a copy
