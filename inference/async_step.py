@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -50,9 +49,7 @@ from inference.model_io import InFlightIds, StepLogits, small_tensor
 from inference.outputs import RequestOutput
 from inference.scheduler import SchedulerOutput
 from inference.sequence import Sequence
-
-if TYPE_CHECKING:
-    from inference.engine import LLMEngine
+from inference.step_host import StepHost
 
 # Stands for a token sampled on the device and not yet seen by the host; never a real id.
 PLACEHOLDER = -1
@@ -77,7 +74,7 @@ def strip_placeholder(seq: Sequence) -> None:
         seq.token_ids.pop()
 
 
-def make_pipeline(engine: LLMEngine) -> StepPipeline | None:
+def make_pipeline(engine: StepHost) -> StepPipeline | None:
     """The engine's pipeline, or None for the plain synchronous loop."""
     wanted = engine.config.async_scheduling
     device = getattr(engine.runner, "device", None)
@@ -124,7 +121,7 @@ class _Flight:
 
 
 class StepPipeline:
-    def __init__(self, engine: LLMEngine) -> None:
+    def __init__(self, engine: StepHost) -> None:
         self.engine = engine
         self.in_flight: _Flight | None = None
         self._processed_at = 0.0  # perf_counter when the latest step's results were processed

@@ -1,4 +1,8 @@
-"""Runs one ragged step of the model over the paged KV cache; sizes that cache at start-up."""
+"""Runs one ragged step of the model over the paged KV cache; sizes that cache at start-up.
+
+Over 300 lines: its three forward paths (CUDA graphs, the CPU's native layer stack, the modules) share one
+host batch, one input hand-over for async scheduling and one logits selection.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from inference.loader import LoadedModel
 from inference.model_io import InFlightIds, ScheduledChunk, StepLogits
 from inference.models import DecoderForCausalLM
 from inference.models.fused_decode import FusedDecode
+from inference.models.linear_method import blocks_for_small_batches
 from inference.step_inputs import host_batch
 
 logger = logging.getLogger(__name__)
@@ -260,7 +265,7 @@ class ModelRunner:
             )
             return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})
         fused = self.fused_decode
-        if fused is not None and len(batch.input_ids) <= fused.max_rows:
+        if fused is not None and len(batch.input_ids) <= fused.max_rows and all(c.decoding for c in chunks):
             rows = [
                 table for table, n in zip(batch.block_tables, batch.query_lens, strict=True) for _ in range(n)
             ]
@@ -283,7 +288,8 @@ class ModelRunner:
             in_flight.patch(input_ids)
         positions = _to_device(batch.positions, dev)
         self.inputs_ready_at = time.perf_counter()
-        hidden = self.model(input_ids, positions, meta)
+        with blocks_for_small_batches(all(c.decoding for c in chunks)):
+            hidden = self.model(input_ids, positions, meta)
         return self._logits(chunks, batch.query_lens, hidden)
 
     def _logits(

@@ -291,7 +291,14 @@ class Scheduler:
             # verifier needs the logits at every position of the chunk.
             out.drafts[seq.seq_id] = draft
             out.chunks.append(
-                ScheduledChunk(seq.token_ids + draft, seq.num_computed_tokens, num_new, seq.block_table, True)
+                ScheduledChunk(
+                    seq.token_ids + draft,
+                    seq.num_computed_tokens,
+                    num_new,
+                    seq.block_table,
+                    True,
+                    decoding=True,
+                )
             )
             return
         out.chunks.append(
@@ -302,6 +309,7 @@ class Scheduler:
                 block_table=seq.block_table,
                 return_all_logits=seq.params.prompt_logprobs is not None
                 and seq.num_computed_tokens < seq.num_prompt_tokens,
+                decoding=seq.is_decoding,
             )
         )
 

@@ -3,10 +3,10 @@
 At batch 1 on CPU a step is bound by reading the Q4 weights once, but through the module path another
 ~40% went to per-operator overhead: 30 layers x ~25 PyTorch ops, each a Python call and a dispatch
 (bench/NOTES.md). Where every projection of a Llama-family model reads a GGUF's Q4 blocks (GGUFDecodeMethod)
-and the model has no biases or q/k norms, a step of up to `max_rows` tokens (decodes, speculative
-verification chunks, short prompt chunks) runs its layer stack in C++ around the same Q4 kernels, with the
-same bf16 rounding points; the embedding, rotary tables, final norm and head stay in PyTorch. Anything else
-(longer steps, other models, GPU) keeps the module path.
+and the model has no biases or q/k norms, a step of up to `max_rows` tokens of decodes (speculative
+verification chunks included) runs its layer stack in C++ around the same Q4 kernels, with the same bf16
+rounding points; the head stays in PyTorch. Anything else (prompt chunks, longer steps, other models, GPU)
+keeps the module path, so a prompt's numerics never depend on how much of it the prefix cache held.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ once, in `choose_method`, from what the loader allows (`LinearPlan`) and what th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -81,6 +84,21 @@ class Int4Method(LinearMethod):
         return self.weight.nbytes()
 
 
+_blocks_allowed: ContextVar[bool] = ContextVar("blocks_for_small_batches", default=True)
+
+
+@contextmanager
+def blocks_for_small_batches(allowed: bool) -> Iterator[None]:
+    """Within: whether GGUFDecodeMethod may read its blocks for small batches. The runner turns that off
+    for steps that carry prompt chunks, so a prompt's projections are the packed path's whatever its length
+    and however much of it the prefix cache held: identical requests get identical answers."""
+    token = _blocks_allowed.set(allowed)
+    try:
+        yield
+    finally:
+        _blocks_allowed.reset(token)
+
+
 class GGUFDecodeMethod(LinearMethod):
     """Batches of up to kernel.max_rows rows read the GGUF's blocks (q4_decode.py); larger ones, prefill
     among them, go to `fallback` (the packed bf16 weights), where the blocks' kernel is no faster."""
@@ -95,7 +113,7 @@ class GGUFDecodeMethod(LinearMethod):
         return self.fallback.keeps_dense
 
     def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if x.numel() <= self.kernel.max_rows * x.shape[-1]:
+        if x.numel() <= self.kernel.max_rows * x.shape[-1] and _blocks_allowed.get():
             return self.kernel.linear(x, self.weight, bias)
         return self.fallback.apply(x, weight, bias)
 

@@ -158,3 +158,18 @@ def test_its_rows_are_batch_invariant_so_bf16_speculation_changes_no_token(bf16_
         if extra:
             assert engine.stats().spec_decode_num_accepted_tokens > 10
     assert outputs["speculative"] == outputs["plain"]
+
+
+def test_a_repeated_request_gets_the_same_answer_whatever_the_prefix_cache_held(
+    bf16_model: LoadedModel,
+) -> None:
+    """The second run finds the prompt's first blocks cached and computes only a short tail: that tail
+    takes the packed path as the whole prompt did (neither the native stack nor the Q4 kernel), so the
+    answer is the same."""
+    prompt = chat_ids(bf16_model.tokenizer, "Name three colours of the rainbow.")
+    assert len(prompt) > 16 and len(prompt) % 16 != 0  # a cached block, then a tail of at most 16 tokens
+    engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=1)
+    params = SamplingParams(temperature=0, max_tokens=48)
+    first, second = (engine.generate([prompt], params)[0].outputs[0].token_ids for _ in range(2))
+    assert engine.stats().prefix_cache_hits > 0
+    assert second == first
