@@ -29,7 +29,7 @@ from inference.model_io import InFlightIds, ScheduledChunk, StepLogits
 from inference.models import DecoderForCausalLM
 from inference.models.fused_decode import FusedDecode
 from inference.models.linear_method import blocks_for_small_batches
-from inference.step_inputs import host_batch
+from inference.step_inputs import HostBatch, host_batch
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class ModelRunner:
         )
         if self.fused_decode is not None:
             rows = self.fused_decode.max_rows
-            logger.info("Decode steps of up to %d sequences run their layers in one native call", rows)
+            logger.info("Decoding rows run their layers in native calls of up to %d rows", rows)
 
     @property
     def cuda_graph_sizes(self) -> list[int]:
@@ -265,14 +265,36 @@ class ModelRunner:
             )
             return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})
         fused = self.fused_decode
-        if fused is not None and len(batch.input_ids) <= fused.max_rows and all(c.decoding for c in chunks):
-            rows = [
-                table for table, n in zip(batch.block_tables, batch.query_lens, strict=True) for _ in range(n)
-            ]
+        if fused is not None and any(c.decoding for c in chunks):
             if in_flight is not None:
                 in_flight.patch_host(batch.input_ids)
-            hidden = fused.run(batch.input_ids, batch.positions, batch.slots, rows)
-            return self._logits(chunks, batch.query_lens, hidden)
+            return self._logits(chunks, batch.query_lens, self._split_forward(fused, chunks, batch))
+        return self._logits(chunks, batch.query_lens, self._module_forward(chunks, batch, in_flight))
+
+    def _split_forward(
+        self, fused: FusedDecode, chunks: list[ScheduledChunk], batch: HostBatch
+    ) -> torch.Tensor:
+        """Decoding chunks through the native stack, however many and whatever else the step holds; prompt
+        chunks through the modules. A generated token's numerics then never depend on its step's company,
+        so identical greedy requests get identical answers under any concurrency."""
+        decoding = [i for i, c in enumerate(chunks) if c.decoding]
+        decodes, decode_rows = batch.subset(decoding)
+        tables = [t for t, n in zip(decodes.block_tables, decodes.query_lens, strict=True) for _ in range(n)]
+        decoded = fused.run_rows(decodes.input_ids, decodes.positions, decodes.slots, tables)
+        if len(decoding) == len(chunks):
+            return decoded
+        prompting = [i for i, c in enumerate(chunks) if not c.decoding]
+        prompts, prompt_rows = batch.subset(prompting)
+        prompted = self._module_forward([chunks[i] for i in prompting], prompts, None)
+        hidden = decoded.new_empty((len(batch.input_ids), decoded.shape[1]))
+        hidden[torch.from_numpy(decode_rows)] = decoded
+        hidden[torch.from_numpy(prompt_rows)] = prompted
+        return hidden
+
+    def _module_forward(
+        self, chunks: list[ScheduledChunk], batch: HostBatch, in_flight: InFlightIds | None
+    ) -> torch.Tensor:
+        """The final hidden states of every row through the model's modules."""
         dev = self.device
         layout = BatchLayout(
             query_lens=batch.query_lens,
@@ -289,8 +311,7 @@ class ModelRunner:
         positions = _to_device(batch.positions, dev)
         self.inputs_ready_at = time.perf_counter()
         with blocks_for_small_batches(all(c.decoding for c in chunks)):
-            hidden = self.model(input_ids, positions, meta)
-        return self._logits(chunks, batch.query_lens, hidden)
+            return self.model(input_ids, positions, meta)
 
     def _logits(
         self, chunks: list[ScheduledChunk], query_lens: list[int], hidden: torch.Tensor

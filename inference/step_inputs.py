@@ -23,6 +23,24 @@ class HostBatch:
     context_lens: list[int]
     block_tables: list[list[int]]
 
+    def row_offsets(self) -> list[int]:
+        """Where each chunk's rows start in the flat arrays, and (last) the total."""
+        return np.concatenate(([0], np.cumsum(self.query_lens))).astype(int).tolist()
+
+    def subset(self, chunks: list[int]) -> tuple[HostBatch, np.ndarray]:
+        """The batch of just these chunks (in this order), and the flat rows they came from."""
+        starts = self.row_offsets()
+        rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in chunks])
+        sub = HostBatch(
+            input_ids=self.input_ids[rows],
+            positions=self.positions[rows],
+            slots=self.slots[rows],
+            query_lens=[self.query_lens[i] for i in chunks],
+            context_lens=[self.context_lens[i] for i in chunks],
+            block_tables=[self.block_tables[i] for i in chunks],
+        )
+        return sub, rows
+
 
 def host_batch(
     chunks: list[ScheduledChunk], *, block_size: int, max_model_len: int, num_blocks: int

@@ -5,6 +5,9 @@ layer reuses (measured 1.6x faster than advanced indexing, and no per-layer allo
 The workspace spans only the batch's longest context, not max_model_len. Prefill chunks run per
 sequence with a lower-right aligned causal mask, because a chunk that starts after cached tokens must see
 all of them (SDPA's is_causal aligns upper-left, which is only right when query and key lengths match).
+Chunks over one shared cached prefix still attend one by one: attending the prefix once for all of them
+and merging partial softmaxes reorders the sums, and a prompt's logits must not depend on its step's
+company (identical greedy requests get identical answers).
 """
 
 from __future__ import annotations
@@ -15,12 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from inference.attention.base import AttentionBackend, BatchLayout, padded_block_table, write_kv
-from inference.attention.shared_prefix import (
-    CachedChunk,
-    SharedPrefix,
-    attend_shared_prefix,
-    group_shared_prefixes,
-)
 
 
 @dataclass(slots=True)
@@ -41,7 +38,6 @@ class TorchAttentionMetadata:
     decode_mask: torch.Tensor | None = None  # [B, 1, 1, max_blocks * block_size] bool
     all_decode: bool = False  # every token is a decode row, in order: skip the scatter
     prefills: list[PrefillSpan] = field(default_factory=list)
-    shared_prefixes: list[SharedPrefix] = field(default_factory=list)  # CPU: chunks over one cached prefix
     # (K, V) gather targets, made by the first layer and overwritten by each later one: layers run one after
     # another (and in stream order on CUDA), so one buffer pair serves the whole step.
     workspace: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -66,7 +62,6 @@ class TorchAttentionBackend(AttentionBackend):
         bs, device = layout.block_size, layout.device
         decode_rows: list[int] = []
         decode_tokens: list[int] = []
-        cached: list[CachedChunk] = []
         offset = 0
         for i, (q_len, ctx) in enumerate(zip(layout.query_lens, layout.context_lens, strict=True)):
             if q_len == 1:
@@ -75,12 +70,13 @@ class TorchAttentionBackend(AttentionBackend):
             elif q_len == ctx:
                 meta.prefills.append(PrefillSpan(offset, offset + q_len, ctx, None, None))
             else:
-                cached.append(CachedChunk(offset, offset + q_len, ctx, layout.block_tables[i]))
+                n_blocks = -(-ctx // bs)
+                blocks = torch.tensor(layout.block_tables[i][:n_blocks], dtype=torch.int64, device=device)
+                key_pos = torch.arange(ctx, device=device)
+                query_pos = torch.arange(ctx - q_len, ctx, device=device)
+                mask = key_pos[None, :] <= query_pos[:, None]
+                meta.prefills.append(PrefillSpan(offset, offset + q_len, ctx, blocks, mask))
             offset += q_len
-        if device.type == "cpu" and len(cached) > 1:
-            meta.shared_prefixes, cached = group_shared_prefixes(cached, bs, device)
-        for chunk in cached:
-            meta.prefills.append(self._cached_span(chunk, bs, device))
         if decode_rows:
             meta.all_decode = len(decode_rows) == offset
             if not meta.all_decode:
@@ -90,16 +86,6 @@ class TorchAttentionBackend(AttentionBackend):
             table = padded_block_table([layout.block_tables[i] for i in decode_rows], widths, device)
             self.add_decode_metadata(meta, table, ctx_lens, bs)
         return meta
-
-    @staticmethod
-    def _cached_span(chunk: CachedChunk, block_size: int, device: torch.device) -> PrefillSpan:
-        """A chunk after cached context: its blocks and a lower-right causal mask over the whole context."""
-        ctx, q_len = chunk.context_len, chunk.q_end - chunk.q_start
-        n_blocks = -(-ctx // block_size)
-        blocks = torch.tensor(chunk.block_table[:n_blocks], dtype=torch.int64, device=device)
-        key_pos = torch.arange(ctx, device=device)
-        query_pos = torch.arange(ctx - q_len, ctx, device=device)
-        return PrefillSpan(chunk.q_start, chunk.q_end, ctx, blocks, key_pos[None, :] <= query_pos[:, None])
 
     def new_metadata(self, slot_mapping: torch.Tensor) -> TorchAttentionMetadata:
         return TorchAttentionMetadata(slot_mapping=slot_mapping)
@@ -131,8 +117,6 @@ class TorchAttentionBackend(AttentionBackend):
         if meta.decode_token_idx is not None:
             od = self.decode(q.index_select(0, meta.decode_token_idx), k_cache, v_cache, meta, scale)
             out.index_copy_(0, meta.decode_token_idx, od)
-        for group in meta.shared_prefixes:
-            attend_shared_prefix(group, q, k_cache, v_cache, scale, out)
         gqa = q.shape[1] != k.shape[1]
         for span in meta.prefills:
             # 4-D [1, heads, tokens, head_dim]: with 3-D inputs and GQA, CPU SDPA falls back to its math

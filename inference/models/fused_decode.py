@@ -1,12 +1,14 @@
-"""Small steps through every decoder layer in one native call (csrc/decode_layers.cpp).
+"""Decode rows through every decoder layer in one native call (csrc/decode_layers.cpp).
 
 At batch 1 on CPU a step is bound by reading the Q4 weights once, but through the module path another
 ~40% went to per-operator overhead: 30 layers x ~25 PyTorch ops, each a Python call and a dispatch
 (bench/NOTES.md). Where every projection of a Llama-family model reads a GGUF's Q4 blocks (GGUFDecodeMethod)
-and the model has no biases or q/k norms, a step of up to `max_rows` tokens of decodes (speculative
-verification chunks included) runs its layer stack in C++ around the same Q4 kernels, with the same bf16
-rounding points; the head stays in PyTorch. Anything else (prompt chunks, longer steps, other models, GPU)
-keeps the module path, so a prompt's numerics never depend on how much of it the prefix cache held.
+and the model has no biases or q/k norms, every decoding row of a step (speculative verification chunks
+included), max_rows per call, runs its layer stack in C++ around the same Q4 kernels, with the same bf16
+rounding points; the head stays in PyTorch. It stays ahead of the packed bf16 path at 64 rows too (69 vs
+133 ms here). Prompt chunks, other models and GPUs keep the module path. So each generated token is
+computed alike whatever else its step holds, and a prompt's numerics never depend on how much of it the
+prefix cache held.
 """
 
 from __future__ import annotations
@@ -109,6 +111,18 @@ class FusedDecode:
             args.head_dim**-0.5,
             self.kernel.amx,
         )
+
+    def run_rows(
+        self, input_ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, block_tables: list[list[int]]
+    ) -> torch.Tensor:
+        """run() for any number of rows, max_rows at a time and in order. A row's sums never depend on the
+        other rows of its call, so how a step is cut changes no bits; a later row of one sequence sees the
+        keys an earlier call wrote."""
+        m = self.max_rows
+        if len(input_ids) <= m:
+            return self.run(input_ids, positions, slots, block_tables)
+        parts = [slice(a, a + m) for a in range(0, len(input_ids), m)]
+        return torch.cat([self.run(input_ids[p], positions[p], slots[p], block_tables[p]) for p in parts])
 
     def _rotary_tables(self, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
         """bf16 cos/sin rows for positions 0..n-1 at least, computed as the module path computes them (the

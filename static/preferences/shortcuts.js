@@ -86,7 +86,9 @@
     dialog.addEventListener("keydown", function (e) { if (e.key === "Escape") { e.stopPropagation(); } });
     dialog.addEventListener("click", function (e) { if (e.target === dialog) { dialog.close(); } });  // the backdrop
     dialog.addEventListener("close", function () {
-      if (opener && document.contains(opener)) { opener.focus(); }
+      // "close" fires a task after the dialog shut: focus placed since then (a click, a test) stays put.
+      const unplaced = !document.activeElement || document.activeElement === document.body;
+      if (opener && document.contains(opener) && unplaced) { opener.focus(); }
       opener = null;
     });
     document.body.appendChild(dialog);

@@ -173,3 +173,42 @@ def test_a_repeated_request_gets_the_same_answer_whatever_the_prefix_cache_held(
     first, second = (engine.generate([prompt], params)[0].outputs[0].token_ids for _ in range(2))
     assert engine.stats().prefix_cache_hits > 0
     assert second == first
+
+
+def user_ids(tokenizer: Any, question: str) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
+    )
+    return [int(t) for t in (ids if isinstance(ids, list) else ids["input_ids"])]
+
+
+def arrivals(engine: LLMEngine, prompt: list[int], waves: list[tuple[int, int]], max_tokens: int) -> set[Any]:
+    """Every distinct answer when `count` copies of prompt arrive, then `steps` steps run, wave by wave."""
+    params = SamplingParams(temperature=0, max_tokens=max_tokens)
+    answers: set[tuple[int, ...]] = set()
+    for count, steps in waves:
+        for _ in range(count):
+            engine.add_request(None, prompt, params)
+        for _ in range(steps):
+            answers.update(tuple(o.outputs[0].token_ids) for o in engine.step() if o.finished)
+    while engine.has_unfinished_requests():
+        answers.update(tuple(o.outputs[0].token_ids) for o in engine.step() if o.finished)
+    return answers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("question", "max_tokens"), [("Name three colors.", 4), ("Write a haiku about the sea.", 24)]
+)
+def test_identical_greedy_requests_get_one_answer_however_they_arrive(
+    bf16_model: LoadedModel, question: str, max_tokens: int
+) -> None:
+    """Copies of one prompt arriving together over a cached prefix (each computes a short tail), a copy
+    decoding in steps that carry the others' prompts, and more decodes than one native call takes: the
+    colours prompt's first token and the haiku's 18th sat on near-ties that those steps used to flip."""
+    engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=32)
+    assert runner_of(engine).fused_decode is not None
+    prompt = user_ids(bf16_model.tokenizer, question)
+    [alone] = arrivals(engine, prompt, [(1, 0)], max_tokens)
+    for waves in ([(8, 0)], [(1, 1), (7, 0)], [(1, 2), (20, 0)], [(2, 1), (3, 1), (3, 0)]):
+        assert arrivals(engine, prompt, waves, max_tokens) == {alone}, waves
