@@ -33,6 +33,20 @@ def _post(server: LiveDaphne, path: str, body: dict[str, Any]) -> dict[str, Any]
         return result
 
 
+def _sse_data(server: LiveDaphne, body: dict[str, Any], timeout: float = 120) -> list[str]:
+    """The data lines of a streamed chat completion, in order ("[DONE]" last)."""
+    request = urllib.request.Request(
+        server.url + "/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return [
+            line.decode().removeprefix("data: ").strip() for line in response if line.startswith(b"data: ")
+        ]
+
+
 def _chat(server: LiveDaphne, model: str | None) -> tuple[str, str]:
     body: dict[str, Any] = {"messages": PROMPT, "temperature": 0, "max_tokens": 24}
     if model is not None:

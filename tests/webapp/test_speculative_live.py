@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
-from tests.webapp.test_model_list_live import _wait_all_loaded
+from tests.webapp.test_model_list_live import _sse_data, _wait_all_loaded
 
 pytestmark = pytest.mark.slow
 
@@ -42,14 +41,7 @@ def _stream(server: LiveDaphne, model: str) -> tuple[str, dict[str, Any]]:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    request = urllib.request.Request(
-        server.url + "/v1/chat/completions",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=300) as response:
-        events = [line.decode()[6:].strip() for line in response if line.startswith(b"data: ")]
+    events = _sse_data(server, body, timeout=300)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
-from tests.webapp.test_model_list_live import _post, _staff_session, _wait_all_loaded
+from tests.webapp.test_model_list_live import _post, _sse_data, _staff_session, _wait_all_loaded
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +32,7 @@ def _reply(server: LiveDaphne, model: str) -> str:
 
 def _stream(server: LiveDaphne, model: str) -> list[str]:
     body = {"model": model, "messages": QUESTION, "temperature": 0, "max_tokens": 24, "stream": True}
-    request = urllib.request.Request(
-        server.url + "/v1/chat/completions",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return [
-            line.decode().removeprefix("data: ").strip() for line in response if line.startswith(b"data: ")
-        ]
+    return _sse_data(server, body)
 
 
 def _error(server: LiveDaphne, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
