@@ -275,8 +275,7 @@ class ModelRunner:
         self, fused: FusedDecode, chunks: list[ScheduledChunk], batch: HostBatch
     ) -> torch.Tensor:
         """Decoding chunks through the native stack, however many and whatever else the step holds; prompt
-        chunks through the modules. A generated token's numerics then never depend on its step's company,
-        so identical greedy requests get identical answers under any concurrency."""
+        chunks through the modules. A generated token's numerics then never depend on its step's company."""
         decoding = [i for i, c in enumerate(chunks) if c.decoding]
         decodes, decode_rows = batch.subset(decoding)
         tables = [t for t, n in zip(decodes.block_tables, decodes.query_lens, strict=True) for _ in range(n)]

@@ -6,8 +6,7 @@ The workspace spans only the batch's longest context, not max_model_len. Prefill
 sequence with a lower-right aligned causal mask, because a chunk that starts after cached tokens must see
 all of them (SDPA's is_causal aligns upper-left, which is only right when query and key lengths match).
 Chunks over one shared cached prefix still attend one by one: attending the prefix once for all of them
-and merging partial softmaxes reorders the sums, and a prompt's logits must not depend on its step's
-company (identical greedy requests get identical answers).
+and merging partial softmaxes would make a prompt's logits depend on which other prompts share its step.
 """
 
 from __future__ import annotations

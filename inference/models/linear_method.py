@@ -91,7 +91,7 @@ _blocks_allowed: ContextVar[bool] = ContextVar("blocks_for_small_batches", defau
 def blocks_for_small_batches(allowed: bool) -> Iterator[None]:
     """Within: whether GGUFDecodeMethod may read its blocks for small batches. The runner turns that off
     for steps that carry prompt chunks, so a prompt's projections are the packed path's whatever its length
-    and however much of it the prefix cache held: identical requests get identical answers."""
+    (row for row the same bits at any batch size, measured)."""
     token = _blocks_allowed.set(allowed)
     try:
         yield
