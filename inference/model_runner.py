@@ -277,11 +277,10 @@ class ModelRunner:
         """Decoding chunks through the native stack, however many and whatever else the step holds; prompt
         chunks through the modules. A generated token's numerics then never depend on its step's company."""
         decoding = [i for i, c in enumerate(chunks) if c.decoding]
+        if len(decoding) == len(chunks):  # a decode-only step: no subset to copy
+            return _native_forward(fused, batch)
         decodes, decode_rows = batch.subset(decoding)
-        tables = [t for t, n in zip(decodes.block_tables, decodes.query_lens, strict=True) for _ in range(n)]
-        decoded = fused.run_rows(decodes.input_ids, decodes.positions, decodes.slots, tables)
-        if len(decoding) == len(chunks):
-            return decoded
+        decoded = _native_forward(fused, decodes)
         prompting = [i for i, c in enumerate(chunks) if not c.decoding]
         prompts, prompt_rows = batch.subset(prompting)
         prompted = self._module_forward([chunks[i] for i in prompting], prompts, None)
@@ -333,6 +332,12 @@ class ModelRunner:
         logits = self.model.compute_logits(rows).float()
         last = logits if last_rows == list(range(len(wanted))) else logits[_index(last_rows, logits.device)]
         return StepLogits(last=last, all_positions={i: logits[a:b] for i, (a, b) in spans.items()})
+
+
+def _native_forward(fused: FusedDecode, batch: HostBatch) -> torch.Tensor:
+    """The final hidden states of a batch of decoding chunks, every row through the native stack."""
+    tables = [t for t, n in zip(batch.block_tables, batch.query_lens, strict=True) for _ in range(n)]
+    return fused.run_rows(batch.input_ids, batch.positions, batch.slots, tables)
 
 
 def _index(rows: list[int], device: torch.device) -> torch.Tensor:
