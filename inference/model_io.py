@@ -17,8 +17,8 @@ class ScheduledChunk:
     num_tokens: int  # tokens to compute this step; start + num_tokens <= len(token_ids)
     block_table: list[int]  # physical KV block ids covering at least start + num_tokens positions
     return_all_logits: bool = False  # also return logits for every computed position (prompt logprobs)
-    # Past the prompt: a decode, with any drafts to verify. Only steps of such chunks take the CPU's native
-    # layer stack, so a prompt's numerics never depend on how much of it the prefix cache held.
+    # Past the prompt: a decode, with any drafts to verify. On CPU such chunks take the native layer stack
+    # whatever else their step holds; prompt chunks take the modules.
     decoding: bool = False
 
 
