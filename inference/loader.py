@@ -49,6 +49,8 @@ class LoadedModel:
     size_on_disk: int
     context_length: int
     eos_token_ids: set[int]
+    # The native CPU kernels (csrc/) are loaded for this model: prompt attention may use them too.
+    native_kernels: bool = False
 
 
 def default_gguf_path() -> Path:
@@ -186,6 +188,7 @@ def load_model(
         size_on_disk=_size_on_disk(path),
         context_length=model_cls.context_length(hf_config),
         eos_token_ids=_eos_token_ids(hf_config, tokenizer, model_dir),
+        native_kernels=kernel is not None,
     )
     logger.info(
         "Loaded %s (%s, %.1fM params, %s on %s) in %.1fs",

@@ -87,6 +87,7 @@ class ModelRunner:
             block_size=block_size,
             num_kv_heads=self.model.args.num_kv_heads,
             head_dim=self.model.args.head_dim,
+            native_kernels=loaded.native_kernels,
         )
         self.attention_backend_name = self.backend.name
         # Until sized, the model may run (CUDA profiling) with any cache; max_model_len bounds nothing yet.

@@ -7,12 +7,19 @@ sequence with a lower-right aligned causal mask, because a chunk that starts aft
 all of them (SDPA's is_causal aligns upper-left, which is only right when query and key lengths match).
 Chunks over one shared cached prefix still attend one by one: attending the prefix once for all of them
 and merging partial softmaxes would make a prompt's logits depend on which other prompts share its step.
+
+Where the model's native CPU kernels are loaded (a bf16 model from a GGUF on an AVX512-BF16 CPU), all of a
+step's rows go through one native call per layer instead (csrc/prompt_attention.cpp): it reads K/V in
+place, costs about half of SDPA for a wave of short prompt chunks over a cached prefix and less for a long
+prompt, and computes each row the same way however its prompt was cut into chunks and whatever else the
+step holds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -37,6 +44,10 @@ class TorchAttentionMetadata:
     decode_mask: torch.Tensor | None = None  # [B, 1, 1, max_blocks * block_size] bool
     all_decode: bool = False  # every token is a decode row, in order: skip the scatter
     prefills: list[PrefillSpan] = field(default_factory=list)
+    # The native path: every sequence's chunk as int64 [chunks, 3] (first token, tokens, context) and the
+    # chunks' int32 block tables [chunks, width]; set instead of everything above but the slots.
+    native_chunks: torch.Tensor | None = None
+    native_tables: torch.Tensor | None = None
     # (K, V) gather targets, made by the first layer and overwritten by each later one: layers run one after
     # another (and in stream order on CUDA), so one buffer pair serves the whole step.
     workspace: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -56,9 +67,21 @@ class TorchAttentionMetadata:
 class TorchAttentionBackend(AttentionBackend):
     name = "torch"
 
+    def __init__(self, *, native: bool = False) -> None:
+        # True only where the caller loaded the native kernels and the cache is bf16 (see the module doc).
+        self.native = native
+
     def build_metadata(self, layout: BatchLayout) -> TorchAttentionMetadata:
         meta = self.new_metadata(layout.slot_mapping)
         bs, device = layout.block_size, layout.device
+        if self.native:
+            # Single rows too: a prompt whose last chunk is one token is computed as any other chunk.
+            offsets = np.cumsum([0, *layout.query_lens[:-1]])
+            chunks = np.stack([offsets, layout.query_lens, layout.context_lens], axis=1).astype(np.int64)
+            meta.native_chunks = torch.from_numpy(chunks)
+            widths = [-(-ctx // bs) for ctx in layout.context_lens]
+            meta.native_tables = padded_block_table(layout.block_tables, widths, device)
+            return meta
         decode_rows: list[int] = []
         decode_tokens: list[int] = []
         offset = 0
@@ -112,6 +135,10 @@ class TorchAttentionBackend(AttentionBackend):
         self.store(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.all_decode:
             return self.decode(q, k_cache, v_cache, meta, scale)
+        if meta.native_chunks is not None and meta.native_tables is not None:
+            return torch.ops.mooncake_q4.prompt_attention(
+                q.contiguous(), k_cache, v_cache, meta.native_tables, meta.native_chunks, scale
+            )
         out = torch.empty_like(q)
         if meta.decode_token_idx is not None:
             od = self.decode(q.index_select(0, meta.decode_token_idx), k_cache, v_cache, meta, scale)

@@ -27,6 +27,7 @@ class TritonAttentionBackend(TorchAttentionBackend):
     supports_cuda_graphs = True
 
     def __init__(self, num_kv_heads: int) -> None:
+        super().__init__()
         self.num_kv_heads = num_kv_heads
 
     def new_metadata(self, slot_mapping: torch.Tensor) -> TritonAttentionMetadata:

@@ -1,4 +1,5 @@
-"""Compile the Q4 decode kernels (csrc/: q4_linear and the fused decode_layers) into the cache's kernels/.
+"""Compile the native CPU kernels (csrc/: q4_linear, the fused decode_layers, prompt_attention) into the
+cache's kernels/.
 
 `make install` runs this module so a server never spends its first start compiling (about 15 s):
 
@@ -29,7 +30,7 @@ from inference.cache_dir import DEFAULT_CACHE_DIR, check_private, ensure_private
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = [CSRC / "q4_decode.cpp", CSRC / "decode_layers.cpp"]
+SOURCES = [CSRC / "q4_decode.cpp", CSRC / "decode_layers.cpp", CSRC / "prompt_attention.cpp"]
 HEADERS = [CSRC / "q4_kernels.h"]
 _FLAGS = [
     "-O3",

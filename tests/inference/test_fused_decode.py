@@ -164,9 +164,8 @@ def test_a_repeated_request_gets_the_same_answer_whatever_the_prefix_cache_held(
     bf16_model: LoadedModel,
 ) -> None:
     """The second run finds the prompt's first blocks cached and computes only a short tail: that tail
-    takes the packed path as the whole prompt did (neither the native stack nor the Q4 kernel). Here its
-    attention rows also come out as the whole prompt's did, which SDPA does not promise for every cut
-    (bench/NOTES.md, session 10)."""
+    takes the packed path as the whole prompt did (neither the native stack nor the Q4 kernel), and its
+    attention rows come out as the whole prompt's did (test_prompt_attention.py)."""
     prompt = chat_ids(bf16_model.tokenizer, "Name three colours of the rainbow.")
     assert len(prompt) > 16 and len(prompt) % 16 != 0  # a cached block, then a tail of at most 16 tokens
     engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=1)
@@ -207,9 +206,9 @@ def test_identical_greedy_requests_get_one_answer_however_they_arrive(
     """Copies of one prompt arriving together over a cached prefix (each computes a short tail), a copy
     decoding in steps that carry the others' prompts, and more decodes than one native call takes: the
     colours prompt's first token and the haiku's 18th sat on near-ties that those steps used to flip.
-    Without a step-latency target every prompt is computed in one chunk: SDPA's sums depend on how a
-    prompt is cut, and under that target the cut follows measured step times."""
-    engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=32, max_step_latency_ms=None)
+    Under the step-latency target the prompts are cut as measured step times allow: the answer must not
+    depend on that either."""
+    engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=32)
     assert runner_of(engine).fused_decode is not None
     prompt = user_ids(bf16_model.tokenizer, question)
     [alone] = arrivals(engine, prompt, [(1, 0)], max_tokens)
