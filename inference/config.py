@@ -109,7 +109,7 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     max_queue_len: int = DEFAULT_MAX_QUEUE_LEN
     # While streams decode, shrink prefill chunks so a step takes about this long (see scheduler.py).
-    max_step_latency_ms: float | None = 250.0
+    max_step_latency_ms: float | None = 100.0
 
     def __post_init__(self) -> None:
         check_positive("max_num_seqs", self.max_num_seqs)
@@ -146,7 +146,7 @@ class EngineConfig:
     max_queue_len: int = DEFAULT_MAX_QUEUE_LEN
     # Target for a step that carries decode rows: prefill chunks are sized from measured step cost so
     # running streams keep a bounded inter-token gap; None or 0 turns it off (full-size chunks).
-    max_step_latency_ms: float | None = 250.0
+    max_step_latency_ms: float | None = 100.0
     attention_backend: str = "auto"
     enforce_eager: bool = False  # CUDA: no decode graphs (slower; for debugging, as in vLLM)
     # Time each step's phases into EngineStats.step_timings (benchmarks; a synchronous step then costs a

@@ -218,7 +218,7 @@ def test_the_budget_is_shared_by_running_prefills_then_admissions():
 
 
 def test_engine_config_passes_the_target_through_from_yaml():
-    assert EngineConfig().scheduler_config(2048).max_step_latency_ms == 250.0
+    assert EngineConfig().scheduler_config(2048).max_step_latency_ms == 100.0
     for raw, want in [("120", 120.0), ("0", 0.0), ("none", None), ("", None), (75, 75.0)]:
         cfg = EngineConfig.from_dict({"max_step_latency_ms": raw})
         assert cfg.max_step_latency_ms == want

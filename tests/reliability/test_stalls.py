@@ -2,12 +2,13 @@
 inter-token gaps (between SSE content chunks) stay bounded.
 
 Requests whose own prefill is one small step (big JSON schema, long stop strings): max gap <= 3 * median gap
-+ 0.25 s. The median decode gap here is ~15 ms; the 0.25 s floor is the default `max_step_latency_ms`.
++ the default `max_step_latency_ms` (0.1 s). The median decode gap here is ~15 ms.
 
 Requests with a long prompt (~1.7-1.8k tokens: the long prompt near the 2048 context of this server, the big
 chat template): a step that carries the probe's decode row also carries a prefill chunk sized by the engine
-to the 250 ms `max_step_latency_ms` target, so a 3x-median bound is impossible by design. The bound is that
-documented budget plus one median gap (the step's own decode work and serialization): max <= 0.25 s + median.
+to the default `max_step_latency_ms` target (100 ms), so a 3x-median bound is impossible by design. The bound
+is that documented budget, plus the planner's error, plus one median gap (the step's own decode work and
+serialization): max <= 1.2 x 0.1 s + median.
 Figures are printed (pytest -s).
 """
 
@@ -24,13 +25,14 @@ from typing import Any
 import httpx
 import pytest
 
+from inference.config import SchedulerConfig
 from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 MAX_MODEL_LEN = 2048
 PROBE_TOKENS = 150
-FLOOR_S = 0.25  # the default max_step_latency_ms
+FLOOR_S = (SchedulerConfig().max_step_latency_ms or 0) / 1000  # the default target
 PREFILL_CASES = {"long_prompt", "big_chat_template"}
 
 
@@ -43,8 +45,13 @@ def check_gap(name: str, median: float, largest: float, limit: float) -> None:
         raise GapTooLarge(f"{name}: max gap {largest:.3f}s > bound {limit:.3f}s (median {median:.3f}s)")
 
 
+# The planner sizes a prefill chunk for 80% of the target from its running cost estimate; at a 100 ms
+# target that estimate's error is a larger share than it was at 250 ms (largest gaps measured: 88-94 ms).
+PLAN_ERROR = 1.2
+
+
 def gap_bound(name: str, median: float) -> float:
-    return FLOOR_S + median if name in PREFILL_CASES else 3 * median + FLOOR_S
+    return PLAN_ERROR * FLOOR_S + median if name in PREFILL_CASES else 3 * median + FLOOR_S
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +198,7 @@ COLD_FLOOR_S = 0.1
 def test_first_grammar_request_does_not_stall_a_stream(tmp_path_factory: pytest.TempPathFactory) -> None:
     """llguidance's tokenizer view (~0.3 s holding the GIL) is built as the model loads, not on the first
     grammar request; this case needs a server no grammar request has reached yet: its own. Its prompt is
-    ~35 tokens, so no step carries a prefill chunk anywhere near the 250 ms budget: the floor here covers
+    ~35 tokens, so no step carries a prefill chunk anywhere near the 100 ms budget: the floor here covers
     scheduling jitter only (non-stalling short cases peak at ~45 ms)."""
     server = start_live_daphne(
         tmp_path_factory.mktemp("cold-grammar-server"), config={"engine": {"max_model_len": MAX_MODEL_LEN}}

@@ -16,4 +16,4 @@ def test_max_step_latency_ms_flows_from_yaml_to_the_scheduler_config(tmp_path: P
     assert config.scheduler_config(1024).max_step_latency_ms == 120.0
     path.write_text("engine:\n  max_step_latency_ms: null\n")
     assert build_engine_config(load_mooncake_config(path)).max_step_latency_ms is None
-    assert build_engine_config(load_mooncake_config(None)).max_step_latency_ms == 250.0  # the default
+    assert build_engine_config(load_mooncake_config(None)).max_step_latency_ms == 100.0  # the default
