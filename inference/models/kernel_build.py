@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = [CSRC / "q4_decode.cpp", CSRC / "decode_layers.cpp", CSRC / "prompt_attention.cpp"]
-HEADERS = [CSRC / "q4_kernels.h"]
+HEADERS = [CSRC / "q4_kernels.h", CSRC / "bf16_lanes.h"]
 _FLAGS = [
     "-O3",
     "-fopenmp",

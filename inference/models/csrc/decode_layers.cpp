@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "bf16_lanes.h"
 #include "q4_kernels.h"
 
 namespace mooncake_q4 {
@@ -27,17 +28,8 @@ inline float round_bf16(float x) { return static_cast<float>(bf16(x)); }
 
 inline const uint16_t* bits(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
 
-// 16 bf16 -> 16 fp32 (exact), and back rounded to nearest even (as c10::BFloat16 rounds). Every width here
-// (hidden size, head_dim, intermediate size) is a multiple of 16; decode_layers checks it.
-inline __m512 load16(const bf16* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
-inline void store16(bf16* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
-}
-
+// Every width here (hidden size, head_dim, intermediate size) is a multiple of 16 (load16/store16 lanes);
+// decode_layers checks it.
 inline __m512 rounded(__m512 v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
 }

@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "bf16_lanes.h"
+
 namespace mooncake_q4 {
 namespace {
 
@@ -31,15 +33,6 @@ constexpr int64_t kTile = 16;      // keys per tile: one zmm of fp32 scores
 constexpr int64_t kJobRows = 8;    // rows of one chunk per job, sharing each key tile's transpose
 constexpr int64_t kScoreGroup = 8; // (row, head) pairs whose score chains interleave
 constexpr int64_t kMaxPairs = 64;  // head_dim / 2 up to 128
-
-inline __m512 load16(const bf16* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
-inline void store16(bf16* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
-}
 
 // e^x for x <= 0 (about 1 ulp): x = n ln2 + r, |r| <= ln2/2, a degree-7 polynomial in r, scaled by 2^n.
 inline __m512 exp_nonpositive(__m512 x) {
