@@ -35,6 +35,12 @@ async def wait_for(predicate, timeout=5.0):
         await asyncio.sleep(0.01)
 
 
+def slow_steps(engine: AsyncEngine, seconds: float = 0.01) -> None:
+    """On a loaded machine, a request's 100 fast steps can all finish before an abort or a poll arrives."""
+    execute = engine.engine.runner.execute
+    engine.engine.runner.execute = lambda chunks: (time.sleep(seconds), execute(chunks))[1]
+
+
 async def test_stream_matches_reference_and_ends_finished(engine):
     prompt = TOK.encode("hello there")
     outs = [
@@ -48,6 +54,7 @@ async def test_stream_matches_reference_and_ends_finished(engine):
 
 
 async def test_closing_the_iterator_aborts_and_frees_blocks(engine):
+    slow_steps(engine)
     gen = engine.generate(TOK.encode("a long story"), LONG)
     async for _ in gen:
         break
@@ -58,9 +65,7 @@ async def test_closing_the_iterator_aborts_and_frees_blocks(engine):
 
 
 async def test_cancelling_the_consumer_task_aborts(engine):
-    execute = engine.engine.runner.execute
-    # Slow steps: 100 fast ones can all finish between two polls of the running count.
-    engine.engine.runner.execute = lambda chunks: (time.sleep(0.01), execute(chunks))[1]
+    slow_steps(engine)  # 100 fast steps can all finish between two polls of the running count
 
     async def consume():
         async for _ in engine.generate(TOK.encode("another story"), LONG):
@@ -75,9 +80,7 @@ async def test_cancelling_the_consumer_task_aborts(engine):
 
 
 async def test_abort_from_elsewhere_ends_the_stream_with_abort(engine):
-    execute = engine.engine.runner.execute
-    # Slow steps: on a loaded machine, 100 fast ones could finish before the abort arrives.
-    engine.engine.runner.execute = lambda chunks: (time.sleep(0.01), execute(chunks))[1]
+    slow_steps(engine)
     outs = []
 
     async def consume():
