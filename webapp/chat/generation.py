@@ -45,8 +45,8 @@ BROADCAST_INTERVAL_S = 0.05
 BUSY_HERE = "A reply is still being written. Stop it first, or wait for it to finish."
 
 
-class _ReplyDeleted(Exception):
-    """The chat was deleted while its reply was streaming: stop generating it."""
+class _EndedElsewhere(Exception):
+    """The chat was deleted, or Stop pressed on another replica, while its reply streamed: stop it."""
 
 
 @dataclass(slots=True)
@@ -259,15 +259,15 @@ class ChatReplies:
                     message.finish_reason = completion.finish_reason or ""
                     now = time.monotonic()
                     if now - last_save >= SAVE_INTERVAL_S:
-                        if not await database_sync_to_async(services.assistant_message_save)(message=message):
-                            raise _ReplyDeleted
+                        if not await database_sync_to_async(services.reply_progress_save)(message=message):
+                            raise _EndedElsewhere
                         last_save = now
                     if now - last_send >= BROADCAST_INTERVAL_S and not output.finished:
                         await events.broadcast(reply.conversation_id, reply.upsert())
                         last_send = now
             stopped = message.finish_reason == "abort"
             message.status = Message.Status.STOPPED if stopped else Message.Status.COMPLETE
-        except (asyncio.CancelledError, _ReplyDeleted):
+        except (asyncio.CancelledError, _EndedElsewhere):
             reply.finishing = True  # A second Stop must not interrupt the abort or the final save.
             message.status, message.finish_reason = Message.Status.STOPPED, "abort"
             await run.abort()

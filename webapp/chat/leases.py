@@ -4,6 +4,9 @@ Every replica reads "a reply is running" from the lease, so a second send is ref
 a page load anywhere does not take a live reply for a dead one. The replica running the reply renews the
 lease every RENEW_S; if it dies, the lease lapses after LEASE_S, the reply left streaming reads as
 interrupted (with its text so far) and the chat can be used again from any replica.
+
+Stop pressed on another replica is also written here (reply_stop_request): the replica running the reply
+reads it when it saves progress and when it renews, so a stop lost by the channel layer still lands.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def reply_lease_take(*, conversation_id: int) -> bool:
         taken = (
             Conversation.objects.filter(pk=conversation_id)
             .filter(Q(reply_lease_until__isnull=True) | Q(reply_lease_until__lte=now))
-            .update(reply_lease_until=_until())
+            .update(reply_lease_until=_until(), reply_stop_requested=False)
         )
         if taken:
             Message.objects.filter(conversation_id=conversation_id, status=Message.Status.STREAMING).update(
@@ -45,13 +48,30 @@ def reply_lease_take(*, conversation_id: int) -> bool:
     return bool(taken)
 
 
-def reply_leases_renew(*, conversation_ids: list[int]) -> None:
-    if conversation_ids:
-        Conversation.objects.filter(pk__in=conversation_ids).update(reply_lease_until=_until())
+def reply_leases_renew(*, conversation_ids: list[int]) -> list[int]:
+    """Renew the leases; returns those of the chats whose reply was asked to stop from elsewhere."""
+    if not conversation_ids:
+        return []
+    held = Conversation.objects.filter(pk__in=conversation_ids)
+    held.update(reply_lease_until=_until())
+    return sorted(held.filter(reply_stop_requested=True).values_list("pk", flat=True))
 
 
 def reply_lease_release(*, conversation_id: int) -> None:
-    Conversation.objects.filter(pk=conversation_id).update(reply_lease_until=None)
+    Conversation.objects.filter(pk=conversation_id).update(reply_lease_until=None, reply_stop_requested=False)
+
+
+def reply_stop_request(*, conversation_id: int) -> bool:
+    """Ask, through the row, that the chat's running reply stop; False when no reply is running."""
+    return bool(
+        Conversation.objects.filter(pk=conversation_id, reply_lease_until__gt=timezone.now()).update(
+            reply_stop_requested=True
+        )
+    )
+
+
+def reply_stop_requested(*, conversation_id: int) -> bool:
+    return Conversation.objects.filter(pk=conversation_id, reply_stop_requested=True).exists()
 
 
 def reply_is_live(conversation: Conversation) -> bool:

@@ -40,6 +40,9 @@ class Conversation(models.Model):
     # While a reply is generating, the replica running it holds this lease and renews it: every replica
     # reads "a reply is running" from here, and a replica that dies lets it lapse.
     reply_lease_until = models.DateTimeField(null=True, blank=True)
+    # Stop pressed on a replica that does not run the reply. The channel layer carries the stop at once but
+    # delivers at most once; the replica running the reply also reads this while it saves and renews.
+    reply_stop_requested = models.BooleanField(default=False)
     # The first message of the branch on screen (None: the newest first message).
     active_root = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

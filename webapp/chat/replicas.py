@@ -4,6 +4,9 @@
   leases of the replies this process runs.
 - Stop pressed on another replica reaches the one running the reply through the channel layer: while it
   runs replies, this process listens on a channel of its own, added to each running chat's control group.
+  The channel layer delivers at most once (channels_redis drops a message to a process whose backlog is
+  at capacity), so the stop is also written on the chat's row, which the running replica reads as it
+  saves the reply and renews its lease.
 - The live tokens already travel through the channel layer (webapp.chat.events), so any replica's sockets
   follow a reply wherever it runs.
 """
@@ -19,6 +22,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from webapp.chat import leases
+from webapp.core.cancellation import raise_if_cancel_was_swallowed
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +79,9 @@ class ReplyCoordinator:
                 self._quiet()
 
     async def request_stop(self, conversation_id: int) -> None:
-        """Ask whichever replica runs the chat's reply to stop it."""
+        """Ask whichever replica runs the chat's reply to stop it: on the row, then through the layer."""
+        if not await database_sync_to_async(leases.reply_stop_request)(conversation_id=conversation_id):
+            return  # no reply is running anywhere
         layer = get_channel_layer()
         if layer is not None:
             await layer.group_send(control_group(conversation_id), {"type": STOP, "id": conversation_id})
@@ -84,18 +90,27 @@ class ReplyCoordinator:
         while self._held:
             await asyncio.sleep(leases.RENEW_S)
             try:
-                await database_sync_to_async(leases.reply_leases_renew)(conversation_ids=sorted(self._held))
+                stop = await database_sync_to_async(leases.reply_leases_renew)(
+                    conversation_ids=sorted(self._held)
+                )
             except Exception:  # the next renewal tries again; the lease outlives a few misses
                 logger.exception("Renewing reply leases failed")
+                continue
+            for conversation_id in stop:  # a reply that has not saved since (queued, say)
+                self._stop_soon(conversation_id)
 
     async def _listen(self, layer: Any, channel: str) -> None:
         while True:
+            raise_if_cancel_was_swallowed()  # _quiet()'s cancel can land on the receive's Redis call
             message = await layer.receive(channel)
             if message.get("type") == STOP:
-                # Not awaited here: a stop waits for its reply's final save, and others may follow.
-                task = asyncio.create_task(self._stop_local(int(message["id"])))
-                self._stopping.add(task)
-                task.add_done_callback(self._stopping.discard)
+                self._stop_soon(int(message["id"]))
+
+    def _stop_soon(self, conversation_id: int) -> None:
+        # Not awaited: a stop waits for its reply's final save, and others may follow.
+        task = asyncio.create_task(self._stop_local(conversation_id))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     def _quiet(self) -> None:
         """No reply runs here: no renewals, no listening (nothing outlives the replies). No await in

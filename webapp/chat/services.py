@@ -6,6 +6,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from webapp.chat import leases
 from webapp.chat.models import Conversation, Message
 from webapp.chat.selectors import chat_defaults, draft_conversation
 from webapp.core.errors import InvalidRequest, NotFound
@@ -218,6 +219,14 @@ def assistant_message_save(*, message: Message) -> bool:
     if saved:
         _touch(message.conversation)
     return bool(saved)
+
+
+def reply_progress_save(*, message: Message) -> bool:
+    """Save a streaming reply's progress; False when it must end: its chat was deleted, or Stop was pressed
+    on a replica that does not run it."""
+    if not assistant_message_save(message=message):
+        return False
+    return not leases.reply_stop_requested(conversation_id=message.conversation_id)
 
 
 def messages_delete(*, conversation: Conversation, message_ids: list[int]) -> None:

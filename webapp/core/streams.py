@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from django.conf import settings
 
 from inference.api import EngineClient, RequestOutput, SamplingParams
+from webapp.core.cancellation import raise_if_cancel_was_swallowed
 from webapp.core.errors import MooncakeError, Unavailable, from_engine_error
 
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
@@ -58,6 +59,7 @@ class Generation:
 
     async def _next(self) -> RequestOutput | None:
         """The next output, None when finished; sets timed_out (and aborts) at the deadline."""
+        raise_if_cancel_was_swallowed()  # a Stop or disconnect lost while the last output was handled
         try:
             async with asyncio.timeout_at(self._deadline):
                 out = await anext(self._iter)

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.contrib.auth.models import User
 from django.utils import timezone
 
 from tests.webapp.chat.fakes import FakeEngine
 from tests.webapp.chat.wsutil import open_socket, receive_until
-from webapp.chat import leases, selectors, services
+from webapp.chat import events, leases, replicas, selectors, services
 from webapp.chat.generation import ChatReplies, chat_replies
 from webapp.chat.models import Conversation, Message
 from webapp.core.errors import Conflict
@@ -82,6 +84,107 @@ async def test_stop_on_another_replica_stops_the_reply(
     fake_engine.delay, fake_engine.reply = 0.0, "Done."
     await other.send(conversation=await fresh(chat), content="again")
     await other.wait_idle()
+
+
+def lose_stops(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The channel layer delivers at most once: channels_redis drops what it sends to a process whose
+    backlog is at capacity. This layer loses every stop, and returns what it lost."""
+    layer = get_channel_layer()
+    send = layer.group_send
+    lost: list[dict[str, Any]] = []
+
+    async def lossy(group: str, message: dict[str, Any]) -> None:
+        if message.get("type") == replicas.STOP:
+            lost.append(message)
+        else:
+            await send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", lossy)
+    return lost
+
+
+async def test_a_stop_the_channel_layer_loses_still_stops_the_reply(
+    layer: str, fake_engine: FakeEngine, chat: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow(fake_engine)  # 400 words over 8 s
+    running, other = ChatReplies(), chat_replies()
+    await running.send(conversation=chat, content="go")
+    await until(lambda: Message.objects.filter(role="assistant", content__contains="word").aexists())
+    lost = lose_stops(monkeypatch)
+    pressed = time.monotonic()
+    await other.stop(chat.pk)
+    await asyncio.wait_for(running.wait_idle(), 20)
+    assert lost == [{"type": replicas.STOP, "id": chat.pk}]
+    # Read from the row at the reply's next save (every SAVE_INTERVAL_S), long before its 8 s end.
+    assert time.monotonic() - pressed < 4.0
+    reply = await Message.objects.aget(role="assistant")
+    assert reply.status == Message.Status.STOPPED and reply.finish_reason == "abort"
+    assert 0 < reply.content.count("word") < 400 and fake_engine.aborted
+    after = await fresh(chat)
+    assert after.reply_lease_until is None and not after.reply_stop_requested
+    # The next reply is not stopped by the old request.
+    fake_engine.delay, fake_engine.reply = 0.0, "Done."
+    await other.send(conversation=after, content="again")
+    await other.wait_idle()
+    assert await Message.objects.filter(role="assistant", status=Message.Status.COMPLETE).acount() == 1
+
+
+async def test_a_lost_stop_reaches_a_reply_that_has_not_saved_yet_at_its_lease_renewal(
+    layer: str, fake_engine: FakeEngine, chat: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_engine.delay = 30.0  # no first token, so no save, for 30 s: as a reply queued behind others
+    monkeypatch.setattr(leases, "RENEW_S", 0.1)
+    running, other = ChatReplies(), chat_replies()
+    await running.send(conversation=chat, content="go")
+    lost = lose_stops(monkeypatch)
+    await other.stop(chat.pk)
+    await asyncio.wait_for(running.wait_idle(), 5)
+    assert lost and fake_engine.aborted
+    reply = await Message.objects.aget(role="assistant")
+    assert reply.status == Message.Status.STOPPED and reply.finish_reason == "abort"
+
+
+async def test_stop_when_no_reply_runs_anywhere_leaves_no_request_behind(
+    layer: str, fake_engine: FakeEngine, chat: Conversation
+) -> None:
+    await chat_replies().stop(chat.pk)
+    assert not (await fresh(chat)).reply_stop_requested
+    fake_engine.reply = "Done."
+    await chat_replies().send(conversation=await fresh(chat), content="go")
+    await chat_replies().wait_idle()
+    assert (await Message.objects.aget(role="assistant")).status == Message.Status.COMPLETE
+
+
+@pytest.mark.parametrize("pressed_on", ["here", "elsewhere"])
+async def test_a_stop_whose_cancel_a_channel_layer_send_swallows_still_stops_the_reply(
+    layer: str, pressed_on: str, fake_engine: FakeEngine, chat: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.11's asyncio.wait_for, which redis-py sends every command through, returns its result and
+    drops a cancel that lands as the send completes. CI saw it: a reply ran to its end after Stop."""
+    slow(fake_engine)
+    running = ChatReplies()
+    presser = running if pressed_on == "here" else chat_replies()
+    send, in_send, swallowed = events.broadcast, asyncio.Event(), []
+
+    async def swallowing_send(conversation_id: int, *sent: dict[str, Any]) -> None:
+        in_send.set()
+        try:
+            await asyncio.sleep(0.5)
+        except asyncio.CancelledError:
+            swallowed.append(conversation_id)
+        await send(conversation_id, *sent)
+
+    await running.send(conversation=chat, content="go")
+    await until(lambda: Message.objects.filter(role="assistant", content__contains="word").aexists())
+    monkeypatch.setattr(events, "broadcast", swallowing_send)
+    in_send.clear()
+    await in_send.wait()
+    await presser.stop(chat.pk)
+    await asyncio.wait_for(running.wait_idle(), 20)
+    assert swallowed == [chat.pk]
+    reply = await Message.objects.aget(role="assistant")
+    assert reply.status == Message.Status.STOPPED and reply.finish_reason == "abort"
+    assert reply.content.count("word") < 100 and fake_engine.aborted
 
 
 async def test_a_page_load_elsewhere_sees_the_live_reply_streaming(
