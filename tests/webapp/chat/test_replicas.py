@@ -169,7 +169,7 @@ async def test_a_stop_whose_cancel_a_channel_layer_send_swallows_still_stops_the
     async def swallowing_send(conversation_id: int, *sent: dict[str, Any]) -> None:
         in_send.set()
         try:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(2.0)  # the Stop lands in here, however slow the machine
         except asyncio.CancelledError:
             swallowed.append(conversation_id)
         await send(conversation_id, *sent)
