@@ -20,6 +20,9 @@ With no decode running, or before any step has been measured, prefill uses the w
 Speculation (inference.speculative): a decoding sequence may carry draft tokens in its chunk, from what
 the budget and free KV blocks leave once every decode has its token; drafts never preempt anyone.
 
+Over 300 lines: admission, chunked prefill under the latency budget, drafts and preemption all decide
+from one step's shared budget and free blocks; split apart, each would re-derive the others' share.
+
 Over 300 lines: the step cost model is the one consumer of what this scheduler plans, and it sits beside it.
 """
 
