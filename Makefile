@@ -46,7 +46,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	@touch $(STAMP)
 
 # Never fails the install: without a compiler or AVX512-BF16 the engine uses its packed bf16 path.
-$(KERNEL_STAMP): $(STAMP) inference/models/csrc/q4_decode.cpp inference/models/kernel_build.py
+$(KERNEL_STAMP): $(STAMP) $(wildcard inference/models/csrc/*) inference/models/kernel_build.py
 	$(BIN)/python -m inference.models.kernel_build --cache-dir "$(CACHE_DIR)" --cxx "$(KERNEL_CXX)"
 	@touch $@
 

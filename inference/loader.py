@@ -23,6 +23,7 @@ from inference.models.int4 import int4_supported
 from inference.models.linear_method import LinearPlan
 from inference.models.onednn import packing_supported
 from inference.models.q4_decode import Q4Kernel, load_kernel
+from inference.models.tile_linear import load_tiles
 from inference.models.weights import load_weights
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,8 @@ def load_model(
         compiler=kernel_compiler,
     )
     pack = torch_device.type == "cpu" and packing_supported(torch_dtype)
-    plan = LinearPlan(pack=pack, int4=quantization == "gguf", kernel=kernel)
+    tiles = pack and load_tiles(cache_dir or DEFAULT_CACHE_DIR, compiler=kernel_compiler)
+    plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel)
     _use_linear_methods(model, plan, path, hf_config)
     loaded = LoadedModel(
         model=model,

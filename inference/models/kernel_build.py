@@ -30,8 +30,13 @@ from inference.cache_dir import DEFAULT_CACHE_DIR, check_private, ensure_private
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = [CSRC / "q4_decode.cpp", CSRC / "decode_layers.cpp", CSRC / "prompt_attention.cpp"]
-HEADERS = [CSRC / "q4_kernels.h", CSRC / "bf16_lanes.h"]
+SOURCES = [
+    CSRC / "q4_decode.cpp",
+    CSRC / "decode_layers.cpp",
+    CSRC / "prompt_attention.cpp",
+    CSRC / "tile_linear.cpp",
+]
+HEADERS = [CSRC / "q4_kernels.h", CSRC / "bf16_lanes.h", CSRC / "amx_tiles.h"]
 _FLAGS = [
     "-O3",
     "-fopenmp",

@@ -21,6 +21,7 @@ from inference.gguf_blocks import Q4Blocks, Q8Blocks
 from inference.models.int4 import Int4Weight, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
 from inference.models.q4_decode import DecodeWeight, Q4Kernel, decode_weight, eligible, matches
+from inference.models.tile_linear import TileWeight, pack_tiles, tile_linear
 
 
 class LinearMethod(ABC):
@@ -69,6 +70,21 @@ class PackedMethod(LinearMethod):
         return self.packed.numel() * self.packed.element_size()
 
 
+class TileMethod(LinearMethod):
+    """Our AMX tile kernel's packed bf16 weight (tile_linear.py): each row's bits independent of its batch."""
+
+    name = "tiles"
+
+    def __init__(self, weight: TileWeight) -> None:
+        self.weight = weight
+
+    def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return tile_linear(x, self.weight, bias)
+
+    def nbytes(self) -> int:
+        return self.weight.nbytes()
+
+
 class Int4Method(LinearMethod):
     """quantization="gguf": the file's Q4 levels in torch's int4 layout, for every batch size (int4.py)."""
 
@@ -90,8 +106,8 @@ _blocks_allowed: ContextVar[bool] = ContextVar("blocks_for_small_batches", defau
 @contextmanager
 def blocks_for_small_batches(allowed: bool) -> Iterator[None]:
     """Within: whether GGUFDecodeMethod may read its blocks for small batches. The runner turns that off
-    for steps that carry prompt chunks, so a prompt's projections are the packed path's whatever its length
-    (row for row the same bits at any batch size, measured)."""
+    for steps that carry prompt chunks, so a prompt's projections are the dense path's whatever its length
+    (row for row the same bits at any batch size: AMX tiles, or oneDNN's AVX512-BF16 kernels)."""
     token = _blocks_allowed.set(allowed)
     try:
         yield
@@ -101,7 +117,7 @@ def blocks_for_small_batches(allowed: bool) -> Iterator[None]:
 
 class GGUFDecodeMethod(LinearMethod):
     """Batches of up to kernel.max_rows rows read the GGUF's blocks (q4_decode.py); larger ones, prefill
-    among them, go to `fallback` (the packed bf16 weights), where the blocks' kernel is no faster."""
+    among them, go to `fallback` (the tiled or packed bf16 weights), where the blocks' kernel is no faster."""
 
     name = "gguf-decode"
 
@@ -126,6 +142,7 @@ class LinearPlan:
     """What the loader allows for one model (from its device, dtype, config and the file)."""
 
     pack: bool = False  # prepack dense bf16 weights for oneDNN (CPUs with native bf16)
+    tiles: bool = False  # dense bf16 weights through our AMX tile kernel instead (CPUs with AMX)
     int4: bool = False  # quantization="gguf": Q4 projections in torch's int4 layout
     kernel: Q4Kernel | None = None  # small batches may read a GGUF's blocks through this kernel
 
@@ -137,7 +154,11 @@ def choose_method(dense: torch.Tensor, blocks: Q4Blocks | Q8Blocks | None, plan:
         raise ValueError(f"blocks of shape {blocks.shape} for a linear of shape {tuple(dense.shape)}")
     if plan.int4 and isinstance(blocks, Q4Blocks):
         return Int4Method(pack_int4(blocks))
-    fallback = PackedMethod(pack_weight(dense)) if plan.pack else DENSE
+    fallback: LinearMethod = DENSE
+    if plan.tiles:
+        fallback = TileMethod(pack_tiles(dense))
+    elif plan.pack:
+        fallback = PackedMethod(pack_weight(dense))
     # Only where the blocks are bit for bit the dense weights: the path changes speed, never outputs.
     if plan.kernel is not None and blocks is not None and eligible(blocks) and matches(blocks, dense):
         return GGUFDecodeMethod(decode_weight(blocks), plan.kernel, fallback)

@@ -9,19 +9,21 @@
 // Blocks go in pairs. For blocks b and b+1 the 32 bytes of levels give A = [b 0..15 | b+1 0..15] (low
 // nibbles) and B = [b 16..31 | b+1 16..31] (high nibbles); x is permuted into the same order once a call.
 //
-// Up to 2 rows (16 without AMX: groups of 8, 4 and the rest) multiply in AVX512-BF16 registers. 3-16 rows go
-// through AMX: 16 weight rows' block pair is expanded into two 16x32 bf16 tiles, and x^T, in the same order and in AMX's pair-interleaved
-// layout, is the other operand; one tile multiply-add then serves all the activation rows.
+// Where AMX is allowed and present, every call (1-16 rows) goes through tiles: 16 weight rows' block pair is
+// expanded into two 16x32 bf16 tiles, and x^T, in the same order and in AMX's pair-interleaved layout, is the
+// other operand; one tile multiply-add then serves all the activation rows. Elsewhere the rows multiply in
+// AVX512-BF16 registers, in groups of 8, 4 and the rest. Either way one path serves every row count, and
+// each (weight row, activation row) sum runs alike whatever else the call holds.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <vector>
+
+#include "amx_tiles.h"
 
 namespace mooncake_q4 {
 
@@ -113,22 +115,6 @@ void dot_all(const uint8_t* levels, const uint16_t* dm, const uint16_t* xp, floa
   });
 }
 
-// Linux hands a process AMX tile state only when asked (the same request oneDNN makes). Whether a call may
-// use the tiles at all is the caller's `amx` argument (EngineConfig.q4_amx), so one process can hold both.
-inline bool amx_available() {
-  static const bool available =
-      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-  return available;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Output rows [16 g0, 16 g1): tmm0 accumulates 16 weight rows x 16 activation rows; tmm1/tmm3 hold a block
 // pair's two weight tiles, tmm2/tmm4 the matching x^T tiles (bt: per tile, 16 pairs x 16 rows of 2 bf16).
 template <bool Q8>
@@ -174,18 +160,12 @@ void amx_all(const uint16_t* xp, const uint8_t* levels, const uint16_t* dm, floa
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t pair = 0; pair < k / 2; ++pair) bt[pair * 16 + m] = xp32[m * (k / 2) + pair];
   at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t g0, int64_t g1) {
-    TileConfig config;  // tile configuration is per thread
-    for (int t = 0; t < 5; ++t) {
-      config.rows[t] = 16;
-      config.colsb[t] = 64;
-    }
+    const TileConfig config = full_tiles(5);  // tile configuration is per thread
     _tile_loadconfig(&config);
     amx_groups<Q8>(levels, dm, bt.data(), y, g0, g1, rows, k, n);
     _tile_release();
   });
 }
-
-inline constexpr int64_t kRegisterRows = 2;  // up to here registers beat AMX (bench/NOTES.md, session 4)
 
 // Either way 16: AMX tiles, or register groups of 8 (at 16 rows still well under oneDNN's packed bf16 step here).
 inline int64_t max_rows(bool) { return 16; }
@@ -205,7 +185,9 @@ void register_rows(const uint16_t* xs, const uint8_t* q, const uint16_t* s, floa
 template <bool Q8>
 void multiply(const uint16_t* xs, const uint8_t* q, const uint16_t* s, float* ys, int64_t rows, int64_t k,
               int64_t n, bool amx) {
-  if (rows > kRegisterRows && amx && amx_available()) {
+  // Every row count takes the same path (amx_tiles.h): one or two rows through tiles cost what registers do
+  // here (bench/NOTES.md, session 13), and a row's bits then never depend on how many rows share its call.
+  if (amx && amx_available()) {
     amx_all<Q8>(xs, q, s, ys, rows, k, n);
     return;
   }
