@@ -5,8 +5,9 @@
 Decode on CPU is bound by reading every weight once per step, so this is the floor under a step and the
 first thing to check when a benchmark moves: a VM's memory bandwidth changes with its neighbours. It
 times the linears of SmolLM2-135M's shapes (30 layers x QKV, O, gate_up, down, plus the LM head) with
-random weights in each format, the default model's own weights (packed bf16, and as served: its GGUF
-blocks for batches of up to 16 rows), and a plain copy for bandwidth.
+random weights in each format (bf16-tiles: our AMX tile kernel, on CPUs with AMX), the default model's own
+weights (its dense bf16 method: tiles on AMX, else oneDNN-packed; and as served: its GGUF blocks for
+batches of up to 16 rows), and a plain copy for bandwidth.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def linear_runner(fmt: str, batch: int) -> Callable[[], object]:
 
             w = pack_weight(weight)
             calls.append(lambda x=x, w=w: packed_linear(x, w, None))
+        elif fmt == "bf16-tiles":
+            from inference.models.tile_linear import pack_tiles, tile_linear
+
+            t = pack_tiles(weight)
+            calls.append(lambda x=x, t=t: tile_linear(x, t, None))
         else:
             calls.append(lambda x=x, w=weight: F.linear(x, w))
 
@@ -75,22 +81,23 @@ def linear_runner(fmt: str, batch: int) -> Callable[[], object]:
 def load_default() -> Any:
     from inference.loader import load_model
     from inference.models.layers import Linear
-    from inference.models.linear_method import PackedMethod
+    from inference.models.linear_method import PackedMethod, TileMethod
 
     model = load_model("default", dtype="bfloat16", device="cpu").model
-    if not any(isinstance(m, Linear) and isinstance(packed(m.method), PackedMethod) for m in model.modules()):
+    dense_bf16 = (PackedMethod, TileMethod)
+    if not any(isinstance(m, Linear) and isinstance(packed(m.method), dense_bf16) for m in model.modules()):
         raise SystemExit("the default model did not pack here (no AMX / AVX512-BF16): nothing to time")
     return model
 
 
 def packed(method: Any) -> Any:
-    """The packed bf16 method a layer uses for large batches (a GGUF-decode method's fallback)."""
+    """The dense bf16 method a layer uses for large batches (a GGUF-decode method's fallback)."""
     return getattr(method, "fallback", method)
 
 
 def model_runner(model: Any, batch: int, *, q4_decode: bool) -> Callable[[], object]:
     """The default model's own projections and head; with q4_decode, as the engine runs them (small
-    batches read the GGUF's Q4_1/Q8_0 blocks), else all through the packed bf16 weights."""
+    batches read the GGUF's Q4_1/Q8_0 blocks), else all through the dense bf16 weights."""
     from inference.models.layers import Linear
 
     linears = [m for m in model.modules() if isinstance(m, Linear)]
@@ -127,7 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     copy_ms = timed(lambda: dst.copy_(src), args.repeat)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
     print(f"copy_ of 512 MiB: {2 * src.numel() * 4 / copy_ms / 1e6:.1f} GB/s (read + write)\n")
+    from inference.cache_dir import DEFAULT_CACHE_DIR
+    from inference.models.tile_linear import cpu_has_amx, load_tiles
+
     formats = ["fp32", "bf16", "bf16-packed", "int4"]
+    if cpu_has_amx() and load_tiles(DEFAULT_CACHE_DIR):
+        formats.insert(3, "bf16-tiles")
     print("| weights | " + " | ".join(f"batch {b} (ms)" for b in args.batch) + " |")
     print("|---|" + "---:|" * len(args.batch))
     with torch.inference_mode():
@@ -135,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cells = [f"{timed(linear_runner(fmt, b), args.repeat):.1f}" for b in args.batch]
             print(f"| random, {fmt} | " + " | ".join(cells) + " |", flush=True)
         model = load_default()
-        for label, q4 in (("bf16-packed", False), ("as served (its GGUF blocks for <= 16 rows)", True)):
+        for label, q4 in (("dense bf16", False), ("as served (its GGUF blocks for <= 16 rows)", True)):
             cells = [f"{timed(model_runner(model, b, q4_decode=q4), args.repeat):.1f}" for b in args.batch]
             print(f"| default model, {label} | " + " | ".join(cells) + " |")
     return 0

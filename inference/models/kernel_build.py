@@ -128,12 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if not cpu_supported():
-        print("Q4 decode kernel: this CPU lacks AVX512-BF16; not building it (decode uses packed bf16)")
+        print("Native kernels: this CPU lacks AVX512-BF16; not building them (bf16 stays on oneDNN)")
         return 0
     try:
         library = ensure_built(args.cache_dir, compiler=args.cxx)
     except OSError as exc:
-        # Never fails an install: the engine falls back to the packed bf16 path (or compiles on first use).
+        # Never fails an install: the engine falls back to the dense bf16 weights (or compiles on first use).
         print(f"Q4 decode kernel not built ({exc}); the engine will fall back at run time")
         return 0
     print(f"Q4 decode kernel: {library}")

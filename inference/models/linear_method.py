@@ -1,8 +1,9 @@
 """How a linear layer holds its weights and multiplies with them: one LinearMethod per layer, chosen at load.
 
 As in vLLM, the layer only calls `method.apply`; what the weights are (the dense parameter, a oneDNN
-prepacked copy, torch's int4 layout, a GGUF's own blocks) is the method's business, so the choice is made
-once, in `choose_method`, from what the loader allows (`LinearPlan`) and what the file holds.
+prepacked copy, our AMX tile layout, torch's int4 layout, a GGUF's own blocks) is the method's business,
+so the choice is made once, in `choose_method`, from what the loader allows (`LinearPlan`) and what the
+file holds.
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ A decode step of a few sequences is bound by reading every weight once. For a GG
 projections the kernel (csrc/q4_decode.cpp) reads the 4-bit levels plus a (d, m) pair per block, 5 bytes
 per 8 weights against bf16's 16, and expands each block in registers to bf16(d * q + m): exactly the bf16
 weights the dequantized model holds. `matches` checks that bit for bit before a projection takes the path,
-so this changes speed, not weights; only the fp32 accumulation order differs from oneDNN's packed product.
+so this changes speed, not weights; only the fp32 accumulation order differs from the dense bf16 product.
 Batches of up to 16 rows take it (AMX tiles where the CPU has them and the config allows it, else
 AVX512-BF16 registers, one path for every row count so a row's bits never depend on its batch); larger
 ones, prefill among them, stay on the dense bf16 weights (linear_method.py).
 
 The kernel is built at install time or on first use (kernel_build.py) into the cache directory the caller
 passes. Without AVX512-BF16 or a compiler, or with EngineConfig.q4_decode off, every batch stays on the
-packed bf16 path.
+dense bf16 weights.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def load_kernel(cache_dir: Path, *, amx: bool = True, compiler: str = "c++") -> 
                 _checked[amx] = kernel if _agrees_with_dense(kernel) else None
             return _checked[amx]
         except (RuntimeError, OSError, ImportError, AttributeError) as exc:
-            logger.warning("Q4 decode kernel unavailable (%s); small batches use the packed bf16 path", exc)
+            logger.warning("Q4 decode kernel unavailable (%s); small batches use the dense bf16 weights", exc)
             return None
 
 

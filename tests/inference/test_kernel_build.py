@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from inference.cache_dir import UnsafeCacheError
-from inference.models import kernel_build, q4_decode
+from inference.models import kernel_build, native, q4_decode, tile_linear
 
 needs_cpu = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the kernel needs AVX512-BF16")
 
@@ -36,7 +36,7 @@ def cache_with_library(tmp_path: Path, built: Path) -> Path:
 @pytest.fixture
 def unloaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a fresh process: no library loaded yet (torch cannot unload the one this process has)."""
-    monkeypatch.setattr(q4_decode, "_loaded", None)
+    monkeypatch.setattr(native, "_loaded", None)
     monkeypatch.setattr(q4_decode, "_checked", {})
 
 
@@ -74,7 +74,19 @@ def test_the_engine_falls_back_and_says_why(
     with caplog.at_level(logging.WARNING, logger="inference.models.q4_decode"):
         assert q4_decode.load_kernel(cache_with_library) is None
     assert "Q4 decode kernel unavailable" in caplog.text and "writable by group or others" in caplog.text
-    assert q4_decode._loaded is None  # nothing from that folder was loaded
+    assert native._loaded is None  # nothing from that folder was loaded
+
+
+@pytest.mark.skipif(not tile_linear.cpu_has_amx(), reason="the tile linears are only tried on AMX CPUs")
+@pytest.mark.usefixtures("unloaded")
+def test_the_tile_linears_fall_back_and_say_why(
+    cache_with_library: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kernel_build.kernels_dir(cache_with_library).chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="inference.models.tile_linear"):
+        assert not tile_linear.load_tiles(cache_with_library)
+    assert "AMX tile linears unavailable" in caplog.text and "writable by group or others" in caplog.text
+    assert native._loaded is None
 
 
 def fake_compiler(calls: list[list[str]], *, returncode: int = 0) -> Any:

@@ -1,4 +1,5 @@
-"""bf16 on CPU: oneDNN-prepacked linears change speed, never results; bf16 greedy stays on fp32's choices."""
+"""bf16 on CPU: oneDNN-prepacked linears change speed, never results; the dense bf16 path the loader picks
+gives each row the same bits at any batch size; bf16 greedy stays on fp32's choices."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from inference import SamplingParams
 from inference.device import fast_bf16_cpu, resolve_dtype
 from inference.loader import LoadedModel, load_model
 from inference.models.layers import Linear
-from inference.models.linear_method import DENSE, LinearPlan, PackedMethod, choose_method
+from inference.models.linear_method import DENSE, LinearPlan, PackedMethod, TileMethod, choose_method
 from inference.models.onednn import pack_weight, packed_linear, packing_supported
+from inference.models.tile_linear import cpu_has_amx
 from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
 from tests.inference.test_models import make_runner, run_schedule
 
@@ -58,12 +60,34 @@ def test_a_packed_linear_drops_the_dense_weight() -> None:
     assert torch.equal(layer(x), before)
 
 
+@pytest.mark.skipif(not PACKS, reason="this CPU lacks native bf16: the loader keeps bf16 linears dense")
+def test_the_dense_bf16_path_gives_a_row_the_same_bits_at_any_batch_size(
+    tiny_model_dir: Callable[[str], Path],
+) -> None:
+    """What the loader picks for bf16 linears (our AMX tiles where the CPU has AMX, else oneDNN's prepacked
+    AVX512-BF16 kernels): rows 1 to 64 and a prompt's 300, cut anywhere, equal the 300-row call's rows."""
+    loaded = load_model(str(tiny_model_dir("llama-rope-linear-bias")), dtype="bfloat16", device="cpu")
+    expected = TileMethod if cpu_has_amx() else PackedMethod
+    linears = [m for m in loaded.model.modules() if isinstance(m, Linear)]
+    assert linears and all(isinstance(m.method, expected) for m in linears)
+    gen = torch.Generator().manual_seed(5)
+    for layer in linears:
+        x = torch.randn(300, layer.in_features, generator=gen).bfloat16()
+        with torch.inference_mode():
+            whole = layer(x)
+            for rows in range(1, 65):
+                for start in sorted({0, 300 - rows}):
+                    assert torch.equal(layer(x[start : start + rows]), whole[start : start + rows]), rows
+
+
 @pytest.mark.parametrize("name", ["llama-rope-llama3", "llama-rope-linear-bias", "qwen3"])
 def test_loading_in_bf16_packs_without_changing_logits(
     tiny_model_dir: Callable[[str], Path], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Tied and untied heads, with and without biases: the packed model's logits equal the plain bf16 ones."""
+    """Tied and untied heads, with and without biases: the packed model's logits equal the plain bf16 ones.
+    (On AMX the loader tiles instead (test_tile_linear); here the oneDNN packing itself is checked.)"""
     model_dir = tiny_model_dir(name)
+    monkeypatch.setattr(inference.loader, "load_tiles", lambda *args, **kwargs: False)
     packed = load_model(str(model_dir), dtype="bfloat16", device="cpu")
     monkeypatch.setattr(inference.loader, "packing_supported", lambda dtype: False)
     plain = load_model(str(model_dir), dtype="bfloat16", device="cpu")

@@ -14,7 +14,7 @@ from inference.gguf_blocks import GROUP, Q4Blocks, Q8Blocks, read_blocks
 from inference.loader import LoadedModel, default_gguf_path, load_from_config, load_model
 from inference.models import kernel_build
 from inference.models.layers import Linear
-from inference.models.linear_method import DENSE, GGUFDecodeMethod, PackedMethod
+from inference.models.linear_method import DENSE, GGUFDecodeMethod, PackedMethod, TileMethod
 from inference.models.onednn import packing_supported
 from inference.models.q4_decode import (
     DecodeWeight,
@@ -24,10 +24,13 @@ from inference.models.q4_decode import (
     load_kernel,
     matches,
 )
+from inference.models.tile_linear import cpu_has_amx
 from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
 
 CPU_SUPPORTED = kernel_build.cpu_supported()
 needs_kernel = pytest.mark.skipif(not CPU_SUPPORTED, reason="the Q4 decode kernel needs AVX512-BF16")
+# Where the CPU has AMX, bf16 linears past the kernel's rows take our tile kernel; elsewhere oneDNN's.
+DENSE_BF16_METHOD = TileMethod if cpu_has_amx() else PackedMethod
 
 
 def gguf_like_blocks(out_features: int, in_features: int, seed: int) -> Q4Blocks:
@@ -71,8 +74,8 @@ def test_the_kernel_builds_wherever_the_cpu_can_run_it(test_cache_dir: Path) -> 
 @needs_kernel
 @pytest.mark.parametrize("kind", sorted(BLOCKS))
 def test_one_hot_rows_read_every_weight_bit_for_bit(kernel: Q4Kernel, kind: str) -> None:
-    """Nibble order, block pairs, both paths (registers up to 2 rows, AMX tiles above where the CPU has
-    them) and the ragged last row group: x = e_k returns column k of bf16(d * q + m)."""
+    """Nibble order, block pairs, the path this CPU takes (AMX tiles at every row count where it has them,
+    else registers) and the ragged last row group: x = e_k returns column k of bf16(d * q + m)."""
     blocks = BLOCKS[kind](37, 192, 0)
     weight, dense = decode_weight(blocks), dense_bf16(blocks)
     for rows in sorted({1, 2, 3, 4, kernel.max_rows}):
@@ -119,6 +122,32 @@ def test_without_amx_the_register_path_takes_up_to_sixteen_rows(test_cache_dir: 
             assert torch.equal(registers.linear(one_hot, weight, None), dense[:, :rows].T), kind
         with pytest.raises(RuntimeError, match="1 to 16 rows"):
             registers.linear(torch.zeros(17, 128, dtype=torch.bfloat16), weight, None)
+
+
+@needs_kernel
+@pytest.mark.parametrize("amx", [True, False], ids=["tiles", "registers"])
+@pytest.mark.parametrize("kind", sorted(BLOCKS))
+def test_a_rows_bits_do_not_depend_on_how_many_rows_share_its_call(
+    test_cache_dir: Path, amx: bool, kind: str
+) -> None:
+    """One path serves every row count (1-16) of each handle, and each (weight row, activation row) sum runs
+    alike whatever the call holds: any slice of 16 rows, as a call of its own, gives the bits those rows
+    get in the 16-row call."""
+    if amx and not cpu_has_amx():
+        pytest.skip("this CPU has no AMX: the tile path cannot run (the register path is checked here)")
+    kernel = load_kernel(test_cache_dir, amx=amx)
+    assert kernel is not None and kernel.amx == amx
+    blocks = BLOCKS[kind](70, 576, 7)
+    weight = decode_weight(blocks)
+    x = torch.randn(16, 576, generator=torch.Generator().manual_seed(7)).bfloat16()
+    bias = torch.randn(70, generator=torch.Generator().manual_seed(8)).bfloat16()
+    full = kernel.linear(x, weight, bias)
+    for rows in range(1, 17):
+        for start in sorted({0, 16 - rows, (16 - rows) // 2}):
+            part = kernel.linear(x[start : start + rows], weight, bias)
+            assert torch.equal(part, full[start : start + rows]), f"{rows} rows from {start}"
+    if amx:  # the process was granted the tile state, so the calls above took the tiles, not registers
+        assert torch.ops.mooncake_q4.amx_available()
 
 
 @needs_kernel
@@ -205,12 +234,12 @@ def test_the_default_model_in_bf16_decodes_small_batches_from_its_q4_blocks(
     bf16_from_gguf: LoadedModel, hf_reference: torch.nn.Module, num_seqs: int
 ) -> None:
     """Every projection's bf16 weight is its Q4_1 block's values (checked bit for bit at load), and greedy
-    picks of one stream (registers) and of eight (AMX tiles, where there are) stay on what fp32 ranks
-    first, as the packed bf16 path's do (measured worst: 0.160 either way, at 1, 3, 8 and 16 sequences)."""
+    picks of one stream and of eight stay on what fp32 ranks first, as the dense bf16 path's do (measured
+    worst: 0.160 either way, at 1, 3, 8 and 16 sequences)."""
     methods = [m.method for m in bf16_from_gguf.model.modules() if isinstance(m, Linear)]
     assert len(methods) == 30 * 4 and all(isinstance(m, GGUFDecodeMethod) for m in methods)
-    # Larger batches stay on oneDNN; batches up to 16 rows read the blocks.
-    assert all(isinstance(m, GGUFDecodeMethod) and isinstance(m.fallback, PackedMethod) for m in methods)
+    # Larger batches stay on the dense bf16 weights; batches up to 16 rows read the blocks.
+    assert all(isinstance(m, GGUFDecodeMethod) and isinstance(m.fallback, DENSE_BF16_METHOD) for m in methods)
     assert all(isinstance(m, GGUFDecodeMethod) and m.kernel.max_rows == 16 for m in methods)
     head = bf16_from_gguf.model.tied_head
     assert isinstance(head, GGUFDecodeMethod)  # the tied head, from its Q8_0 embedding
@@ -229,11 +258,12 @@ def test_fp32_and_folders_never_take_the_path(default_loaded: LoadedModel) -> No
 
 @needs_kernel
 def test_the_config_turns_the_path_off_or_keeps_it_off_amx(test_cache_dir: Path) -> None:
-    """EngineConfig.q4_decode off: every linear packed; q4_amx off: registers alone, up to 16 rows."""
+    """EngineConfig.q4_decode off: every linear dense bf16 (tiles or packed); q4_amx off: registers alone,
+    up to 16 rows."""
     config = EngineConfig(dtype="bfloat16", device="cpu", cache_dir=str(test_cache_dir), q4_decode=False)
     off = load_from_config(config).model
     assert not any(isinstance(getattr(m, "method", None), GGUFDecodeMethod) for m in off.modules())
-    assert isinstance(off.tied_head, PackedMethod) == packing_supported(torch.bfloat16)
+    assert isinstance(off.tied_head, DENSE_BF16_METHOD) == packing_supported(torch.bfloat16)
     config = EngineConfig(dtype="bfloat16", device="cpu", cache_dir=str(test_cache_dir), q4_amx=False)
     head = load_from_config(config).model.tied_head
     assert isinstance(head, GGUFDecodeMethod) and not head.kernel.amx and head.kernel.max_rows == 16

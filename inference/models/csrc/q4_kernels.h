@@ -3,7 +3,7 @@
 //
 // Each block of 32 weights is expanded in registers to the bf16 values bf16(d * q + m): a 16-entry table
 // per block (one FMA over 0..15, rounded to bf16 to nearest even) indexed by the 4-bit levels. Those are
-// the very weights the bf16 model holds, so the product is the packed bf16 path's up to the fp32
+// the very weights the bf16 model holds, so the product is the dense bf16 path's up to the fp32
 // accumulation order. Decode then streams 5 bytes per 8 weights instead of 16.
 //
 // Blocks go in pairs. For blocks b and b+1 the 32 bytes of levels give A = [b 0..15 | b+1 0..15] (low
