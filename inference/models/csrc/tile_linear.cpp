@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "amx_tiles.h"
@@ -90,19 +91,39 @@ void block(const uint16_t* x, int64_t kp, const uint16_t* w, int64_t kb, const f
   }
 }
 
-template <int NT>
-void weight_tiles(const uint16_t* x, int64_t kp, const uint16_t* w, int64_t kb, const float* bias, uint16_t* y,
-                  int64_t n, int64_t rows, int64_t nt0) {
+// Weight tiles that stay in L2 while every activation row passes over them: x is then read once per group
+// rather than once per pair of weight tiles (measured: a 512-row prompt through a 16384 x 2048 projection).
+constexpr int64_t kGroupBytes = 512 * 1024;
+
+template <int MT>
+void unit(const uint16_t* x, int64_t kp, const uint16_t* w, int64_t kb, const float* bias, uint16_t* y,
+          int64_t n, int64_t nb, int64_t m0, int64_t rows, int64_t pair) {
+  if (2 * pair + 1 < nb) {
+    block<MT, 2>(x, kp, w, kb, bias, y, n, m0, rows, 2 * pair);
+  } else {
+    block<MT, 1>(x, kp, w, kb, bias, y, n, m0, rows, 2 * pair);
+  }
+}
+
+// Weight tile pairs [p0, p1) against every row of x, a group of pairs at a time.
+void pairs(const uint16_t* x, int64_t kp, const uint16_t* w, int64_t kb, const float* bias, uint16_t* y,
+           int64_t n, int64_t nb, int64_t rows, int64_t p0, int64_t p1) {
+  const int64_t group = std::max<int64_t>(1, kGroupBytes / (2 * kRows * kp * 2));
   const int64_t whole = rows / kRows, tail = rows % kRows;
-  int64_t m = 0;
-  for (; m + 2 <= whole; m += 2) block<2, NT>(x, kp, w, kb, bias, y, n, m * kRows, kRows, nt0);
-  if (m < whole) block<1, NT>(x, kp, w, kb, bias, y, n, m * kRows, kRows, nt0);
-  if (tail) {
-    const TileConfig config = config_for(tail);
-    _tile_loadconfig(&config);
-    block<1, NT>(x, kp, w, kb, bias, y, n, whole * kRows, tail, nt0);
-    const TileConfig full = config_for(kRows);
-    _tile_loadconfig(&full);
+  for (int64_t g0 = p0; g0 < p1; g0 += group) {
+    const int64_t g1 = std::min(p1, g0 + group);
+    int64_t m = 0;
+    for (; m + 2 <= whole; m += 2)
+      for (int64_t pair = g0; pair < g1; ++pair) unit<2>(x, kp, w, kb, bias, y, n, nb, m * kRows, kRows, pair);
+    if (m < whole)
+      for (int64_t pair = g0; pair < g1; ++pair) unit<1>(x, kp, w, kb, bias, y, n, nb, m * kRows, kRows, pair);
+    if (tail) {
+      const TileConfig config = config_for(tail);
+      _tile_loadconfig(&config);
+      for (int64_t pair = g0; pair < g1; ++pair) unit<1>(x, kp, w, kb, bias, y, n, nb, whole * kRows, tail, pair);
+      const TileConfig full = config_for(kRows);
+      _tile_loadconfig(&full);
+    }
   }
 }
 
@@ -131,13 +152,7 @@ at::Tensor tile_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
     at::parallel_for(0, blocks(nb, 2), 1, [&](int64_t p0, int64_t p1) {
       const TileConfig config = config_for(kRows);  // tile configuration is per thread
       _tile_loadconfig(&config);
-      for (int64_t pair = p0; pair < p1; ++pair) {
-        if (2 * pair + 1 < nb) {
-          weight_tiles<2>(xd, kp, w, kb, bd, yd, n, rows, 2 * pair);
-        } else {
-          weight_tiles<1>(xd, kp, w, kb, bd, yd, n, rows, 2 * pair);
-        }
-      }
+      pairs(xd, kp, w, kb, bd, yd, n, nb, rows, p0, p1);
       _tile_release();
     });
   }
