@@ -20,6 +20,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -115,13 +116,22 @@ void dot_all(const uint8_t* levels, const uint16_t* dm, const uint16_t* xp, floa
   });
 }
 
+// Block pairs expanded ahead of their tile products, a chunk at a time into one of two buffers (2 x 16 KiB,
+// in L1), and each row's levels read 8 block pairs at a time: one row took 1.7x the register path's time
+// through the head when a single buffer was filled and loaded for every block pair, 1.2x this way (two
+// groups of weight rows with two accumulator chains, or expanding a chunk ahead of the products, measured no
+// better: bench/NOTES.md, session 13). No element's sum changes: each accumulates from zero over the same
+// block pairs in the same order.
+inline constexpr int64_t kChunkPairs = 8;
+
 // Output rows [16 g0, 16 g1): tmm0 accumulates 16 weight rows x 16 activation rows; tmm1/tmm3 hold a block
 // pair's two weight tiles, tmm2/tmm4 the matching x^T tiles (bt: per tile, 16 pairs x 16 rows of 2 bf16).
 template <bool Q8>
 void amx_groups(const uint8_t* levels, const uint16_t* dm, const uint32_t* bt, float* y, int64_t g0, int64_t g1,
                 int64_t rows, int64_t k, int64_t n) {
   const int64_t blocks = k / 32;
-  alignas(64) uint16_t a[2 * 16 * 32];
+  constexpr int64_t kTile = 2 * 16 * 32;  // bf16 of a block pair's two weight tiles
+  alignas(64) uint16_t a[2][kChunkPairs * kTile];
   alignas(64) float c[16 * 16];
   std::vector<float> scales(16 * blocks * 2);
   for (int64_t g = g0; g < g1; ++g) {
@@ -129,21 +139,29 @@ void amx_groups(const uint8_t* levels, const uint16_t* dm, const uint32_t* bt, f
     for (int r = 0; r < 16 && n0 + r < n; ++r)
       widen_dm(dm + (n0 + r) * blocks * 2, scales.data() + r * blocks * 2, blocks * 2);
     _tile_zero(0);
-    for (int64_t b = 0; b < blocks; b += 2) {
+    int buffer = 0;
+    for (int64_t b0 = 0; b0 < blocks; b0 += 2 * kChunkPairs, buffer ^= 1) {
+      const int64_t pairs = std::min<int64_t>(kChunkPairs, (blocks - b0) / 2);
+      uint16_t* chunk = a[buffer];
       for (int r = 0; r < 16; ++r) {
-        __m512i wa = _mm512_setzero_si512(), wb = _mm512_setzero_si512();
-        const int64_t block = (n0 + r) * blocks + b;
-        if (n0 + r < n)
-          expand_pair<Q8>(levels + block * kBlockBytes<Q8>, scales.data() + (r * blocks + b) * 2, &wa, &wb);
-        _mm512_store_si512(a + r * 32, wa);
-        _mm512_store_si512(a + (16 + r) * 32, wb);
+        for (int64_t p = 0; p < pairs; ++p) {
+          __m512i wa = _mm512_setzero_si512(), wb = _mm512_setzero_si512();
+          const int64_t b = b0 + 2 * p, block = (n0 + r) * blocks + b;
+          if (n0 + r < n)
+            expand_pair<Q8>(levels + block * kBlockBytes<Q8>, scales.data() + (r * blocks + b) * 2, &wa, &wb);
+          _mm512_store_si512(chunk + p * kTile + r * 32, wa);
+          _mm512_store_si512(chunk + p * kTile + (16 + r) * 32, wb);
+        }
       }
-      _tile_loadd(1, a, 64);
-      _tile_loadd(2, bt + b * 256, 64);
-      _tile_loadd(3, a + 512, 64);
-      _tile_loadd(4, bt + (b + 1) * 256, 64);
-      _tile_dpbf16ps(0, 1, 2);
-      _tile_dpbf16ps(0, 3, 4);
+      for (int64_t p = 0; p < pairs; ++p) {
+        const int64_t b = b0 + 2 * p;
+        _tile_loadd(1, chunk + p * kTile, 64);
+        _tile_loadd(2, bt + b * 256, 64);
+        _tile_loadd(3, chunk + p * kTile + 512, 64);
+        _tile_loadd(4, bt + (b + 1) * 256, 64);
+        _tile_dpbf16ps(0, 1, 2);
+        _tile_dpbf16ps(0, 3, 4);
+      }
     }
     _tile_stored(0, c, 64);
     for (int r = 0; r < 16 && n0 + r < n; ++r)
