@@ -162,7 +162,7 @@ class EngineConfig:
     cache_dir: str | None = None
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: every core we may run on
     q4_decode: bool = True  # bf16 CPU models from a GGUF read small decode batches from its Q4 blocks
-    q4_amx: bool = True  # that kernel may use AMX tiles (else registers; either way up to 16 rows)
+    q4_amx: bool = False  # that kernel on AMX tiles at every row count (else registers; both invariant)
     kernel_compiler: str = "c++"  # compiles that kernel when it was not built at install time
     # Folders a model source must really (symlinks followed) lie in at load; None: anywhere. "default"
     # (the bundled model) is always allowed.

@@ -131,7 +131,7 @@ def load_model(
     cache_dir: Path | None = None,
     quantization: str = "none",
     q4_decode: bool = True,
-    q4_amx: bool = True,
+    q4_amx: bool = False,
     kernel_compiler: str = "c++",
     model_roots: Sequence[str] | None = None,
 ) -> LoadedModel:

@@ -16,6 +16,7 @@ from inference.model_io import ScheduledChunk
 from inference.model_runner import ModelRunner
 from inference.models import DecoderForCausalLM, kernel_build
 from inference.models.fused_decode import FusedDecode
+from inference.models.tile_linear import cpu_has_amx
 from tests.inference.real_model import MAX_TOKENS, chat_ids, make_engine, prompts, worst_gap_to_fp32
 
 pytestmark = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the Q4 kernels need AVX512-BF16")
@@ -196,21 +197,32 @@ def arrivals(engine: LLMEngine, prompt: list[int], waves: list[tuple[int, int]],
     return answers
 
 
+@pytest.fixture(scope="module", params=[False, True], ids=["registers", "tiles"])
+def either_q4_path(request: pytest.FixtureRequest, test_cache_dir: Path) -> LoadedModel:
+    """The bf16 model with its Q4 kernel on registers (the default) or on AMX tiles (q4_amx), each at every
+    row count."""
+    amx = bool(request.param)
+    if amx and not cpu_has_amx():
+        pytest.skip("this CPU has no AMX: only the register path runs here (the default on every CPU)")
+    loaded = load_model("default", dtype="bfloat16", device="cpu", cache_dir=test_cache_dir, q4_amx=amx)
+    return loaded
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("question", "max_tokens"), [("Name three colors.", 4), ("Write a haiku about the sea.", 24)]
 )
 def test_identical_greedy_requests_get_one_answer_however_they_arrive(
-    bf16_model: LoadedModel, question: str, max_tokens: int
+    either_q4_path: LoadedModel, question: str, max_tokens: int
 ) -> None:
     """Copies of one prompt arriving together over a cached prefix (each computes a short tail), a copy
     decoding in steps that carry the others' prompts, and more decodes than one native call takes: the
     colours prompt's first token and the haiku's 18th sat on near-ties that those steps used to flip.
     Under the step-latency target the prompts are cut as measured step times allow: the answer must not
     depend on that either."""
-    engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=32)
+    engine = make_engine(either_q4_path, dtype="bfloat16", max_num_seqs=32)
     assert runner_of(engine).fused_decode is not None
-    prompt = user_ids(bf16_model.tokenizer, question)
+    prompt = user_ids(either_q4_path.tokenizer, question)
     [alone] = arrivals(engine, prompt, [(1, 0)], max_tokens)
     for waves in ([(8, 0)], [(1, 1), (7, 0)], [(1, 2), (20, 0)], [(2, 1), (3, 1), (3, 0)]):
         assert arrivals(engine, prompt, waves, max_tokens) == {alone}, waves

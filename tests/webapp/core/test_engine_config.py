@@ -50,7 +50,7 @@ def test_yaml_alias_and_bad_values() -> None:
 
 def test_builtin_model_from_settings(settings: Any, tmp_path: Any) -> None:
     settings.MOONCAKE_SETTINGS = resolve_settings(
-        {"MOONCAKE_DATA": str(tmp_path), "MOONCAKE_Q4_AMX": "0"}, base_dir=tmp_path, cwd=tmp_path
+        {"MOONCAKE_DATA": str(tmp_path), "MOONCAKE_Q4_AMX": "1"}, base_dir=tmp_path, cwd=tmp_path
     )
     settings.MOONCAKE = {
         "server": {},
@@ -58,7 +58,7 @@ def test_builtin_model_from_settings(settings: Any, tmp_path: Any) -> None:
         "engine": {"type": "native"},
     }
     resolved = resolve_builtin_engine(settings.MOONCAKE)
-    assert resolved.config.q4_amx is False and resolved.sources["q4_amx"].origin == "MOONCAKE_Q4_AMX"
+    assert resolved.config.q4_amx is True and resolved.sources["q4_amx"].origin == "MOONCAKE_Q4_AMX"
     # Keys settings.MOONCAKE fills from the yaml defaults are defaults; the rest come from the file.
     assert resolved.sources["dtype"].source == "default"
     assert resolved.sources["max_model_len"].describe() == "yaml (model.max_model_len)"
