@@ -7,8 +7,9 @@ and the model has no biases or q/k norms, every decoding row of a step (speculat
 included), max_rows per call, runs its layer stack in C++ around the same Q4 kernels, with the same bf16
 rounding points; the head stays in PyTorch. It stays ahead of the packed bf16 path at 64 rows too (69 vs
 133 ms here). Prompt chunks, other models and GPUs keep the module path. So each generated token is
-computed alike whatever else its step holds. Prompt rows are too, and however their prompt is cut into
-chunks: the module path's packed linears give each row the same bits at any row count, and its attention
+computed alike whatever else its step holds (the Q4 kernel takes one path at every row count). Prompt rows
+are too, and however their prompt is cut into chunks: the module path's dense bf16 linears give each row the
+same bits at any row count (AMX tiles, tile_linear.py, or oneDNN's AVX512-BF16 kernels), and its attention
 is csrc/prompt_attention.cpp (attention/torch_backend.py).
 """
 

@@ -207,8 +207,9 @@ void register_rows(const uint16_t* xs, const uint8_t* q, const uint16_t* s, floa
 template <bool Q8>
 void multiply(const uint16_t* xs, const uint8_t* q, const uint16_t* s, float* ys, int64_t rows, int64_t k,
               int64_t n, bool amx) {
-  // Every row count takes the same path (amx_tiles.h): one or two rows through tiles cost what registers do
-  // here (bench/NOTES.md, session 13), and a row's bits then never depend on how many rows share its call.
+  // Every row count takes the same path (amx_tiles.h), so a row's bits never depend on how many rows share its
+  // call. Tiles cost 1.2-2.3x the registers' time at one row and 0.35-0.46x at 16 (bench/NOTES.md, session
+  // 13): which path is the caller's choice (EngineConfig.q4_amx, off by default).
   if (amx && amx_available()) {
     amx_all<Q8>(xs, q, s, ys, rows, k, n);
     return;
