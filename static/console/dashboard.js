@@ -136,6 +136,7 @@
           }
           stats(replicas.length > 1 ? total : last);
           root.dataset.samples = String(samples.length);
+          root.dataset.lastSampleT = String(last.t);
           root.dataset.lastTokensPerS = String(last.tokens_per_s);
           root.dataset.maxRunning = String(Math.max(...samples.map((s) => s.running)));
         }
