@@ -1,11 +1,11 @@
 // AMX tile set-up shared by the tile kernels (q4_kernels.h, tile_linear.cpp).
 //
-// Why every invariant product here goes through tiles whenever the CPU has them: a tile multiply-add
-// (TDPBF16PS) accumulates each output element on its own, from its row of A and its column of B, but with
-// the hardware's own internal order and rounding, which no sequence of AVX-512 instructions reproduces
-// (measured: 16-32% of elements differ from every sequential or pairwise fp32 emulation tried). So a row
-// gets the same bits at any row count only if every row count takes the tiles, over the same K blocks in
-// the same order, each accumulator starting from zero.
+// Why a kernel never mixes tiles and registers by row count: a tile multiply-add (TDPBF16PS) accumulates
+// each output element on its own, from its row of A and its column of B, but with the hardware's own
+// internal order and rounding, which no sequence of AVX-512 instructions reproduces (measured: 16-32% of
+// elements differ from every sequential or pairwise fp32 emulation tried). So a row gets the same bits at
+// any row count only if every row count takes one path: for tiles, the same K blocks in the same order,
+// each accumulator starting from zero.
 #pragma once
 
 #include <immintrin.h>
