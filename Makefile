@@ -25,7 +25,7 @@ CONFIG ?= $(wildcard mooncake.yaml)
 help:
 	@echo "make run    install into $(VENV) if needed, then serve on http://127.0.0.1:8000/"
 	@echo "make test   install, then lint and run every test suite (the web suites on SQLite and PostgreSQL)"
-	@echo "make test-postgres   only the web suites on a throwaway PostgreSQL"
+	@echo "make test-postgres   only the database-dependent tests, on a throwaway PostgreSQL"
 	@echo "make test-replicas   only the replica tests (two Daphnes behind nginx, PostgreSQL, Redis, Celery)"
 	@echo "make lint   ruff and mypy"
 
@@ -86,18 +86,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy inference webapp
 
-# The web suites a second time on PostgreSQL (about 2 minutes); the live-server ones stay on SQLite.
-PG_SUITES := tests/webapp
-PG_MARKERS := not slow and not browser and not reliability and not worker
-
-PG_PASS = MOONCAKE_TEST_DATABASE=postgres $(BIN)/pytest $(PG_SUITES) -m "$(PG_MARKERS)" -p no:cacheprovider
-
-test: install browsers services lint
-	$(BIN)/pytest
-	$(PG_PASS)
+# Lint, the suites without servers (on xdist workers), the live suites, then the database-dependent tests
+# again on a throwaway PostgreSQL; a table of each step's wall time at the end (tests/suites.py).
+test: install browsers services
+	$(BIN)/python -m tests.suites
 
 test-postgres: install services
-	$(PG_PASS)
+	$(BIN)/python -m tests.suites postgres
 
 # Two real replicas behind nginx with PostgreSQL, Redis and a Celery worker (also part of `make test`).
 test-replicas: install services

@@ -4,7 +4,8 @@
   converted-model cache under ./var/cache (kept between runs), MOONCAKE_AUTOLOAD off.
 - `fake_engine` / `fake_manager`: a scripted engine installed as the process's model manager.
 - `daphne_server`: a real Daphne subprocess with the real default model loaded (session-scoped). Override
-  the `daphne_server_options` fixture in a conftest nearer your tests to change its settings.
+  the `daphne_server_options` fixture in a conftest nearer your tests to change its settings. Servers of
+  their own come from tests/live_server.py, which keeps each start cheap.
 """
 
 from __future__ import annotations
@@ -12,26 +13,18 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
+
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 
 if TYPE_CHECKING:
     from tests.services import Service
     from tests.webapp.fake_engine import FakeEngine, FakeModelManager
     from webapp.core.runtime import Runtime
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -148,124 +141,7 @@ def redis_channel_layer(redis_url: str, settings: Any) -> Iterator[Any]:
     channel_layers.backends.clear()
 
 
-# ---- a real server --------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class LiveDaphne:
-    """A running `python -m webapp.core.server` with its own data directory and database."""
-
-    host: str
-    port: int
-    data_dir: Path
-    env: dict[str, str]
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://{self.host}:{self.port}"
-
-    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run a manage.py command against the server's database."""
-        return subprocess.run(
-            [sys.executable, str(REPO_ROOT / "manage.py"), *args],
-            env=self.env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=True,
-        )  # fmt: skip
-
-    def create_user(self, username: str, password: str, *, staff: bool = False) -> None:
-        code = (
-            "from django.contrib.auth.models import User\n"
-            f"u = User.objects.create_user({username!r}, password={password!r})\n"
-            f"u.is_staff = u.is_superuser = {staff!r}\n"
-            "u.save()\n"
-        )
-        self.manage("shell", "-c", code)
-
-    def get(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
-                return int(response.status), response.read()
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), exc.read()
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def start_live_daphne(
-    data_dir: Path,
-    *,
-    api_auth: str = "off",
-    config: dict[str, Any] | None = None,
-    env: dict[str, str] | None = None,
-    autoload: bool = True,
-    startup_timeout: float = 600.0,
-    wait_ready: bool = True,
-) -> LiveDaphne:
-    """Migrate a fresh database, start the server, and wait until /health is 200 (or /version if no model)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    server_env = {k: v for k, v in os.environ.items() if k != "MOONCAKE_TEST_OWNS_DATA"}
-    server_env.update(
-        DJANGO_SETTINGS_MODULE="webapp.settings.test",
-        MOONCAKE_DATA=str(data_dir),
-        MOONCAKE_AUTOLOAD="1" if autoload else "0",
-        MOONCAKE_API_AUTH=api_auth,
-        PYTHONUNBUFFERED="1",
-    )
-    if config:
-        config_path = data_dir / "mooncake.yaml"
-        config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
-        server_env["MOONCAKE_CONFIG"] = str(config_path)
-    server_env.update(env or {})
-    server = LiveDaphne("127.0.0.1", free_port(), data_dir, server_env, data_dir / "server.log")
-    server.manage("migrate", "--noinput")
-    with server.log_path.open("wb") as log:
-        server.process = subprocess.Popen(
-            [sys.executable, "-m", "webapp.core.server", "--host", server.host, "--port", str(server.port)],
-            env=server_env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    ready_path = "/health" if autoload and wait_ready else "/version"
-    deadline = time.monotonic() + startup_timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"the server exited with {server.process.returncode}:\n{server.log_tail()}")
-        try:
-            status, body = server.get(ready_path, timeout=5)
-        except OSError:
-            status, body = 0, b""
-        if status == 200:
-            return server
-        if b'"failed"' in body:
-            stop_live_daphne(server)
-            raise RuntimeError(f"the default model failed to load: {body!r}\n{server.log_tail()}")
-        time.sleep(0.5)
-    stop_live_daphne(server)
-    raise RuntimeError(f"the server was not ready within {startup_timeout}s:\n{server.log_tail()}")
-
-
-def stop_live_daphne(server: LiveDaphne, timeout: float = 30.0) -> int | None:
-    if server.process is None:
-        return None
-    if server.process.poll() is None:
-        server.process.terminate()
-        try:
-            server.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
-    return server.process.returncode
+# ---- a real server (tests/live_server.py) ------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import torch
 import inference.device
 from inference.gguf_convert import ensure_converted
 from inference.loader import LoadedModel, default_gguf_path, load_model
+from tests.live_server import shared_cache_dir
 
 # One intra-op thread: test runs share 2 cores with Daphne servers and other workers, and contended
 # OpenMP barriers made 2-thread decode steps ~6x slower than 1-thread ones. Runners built with
@@ -27,7 +28,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TEST_CACHE_DIR = REPO_ROOT / "var" / "test-cache"
+TEST_CACHE_DIR = shared_cache_dir()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,7 +40,8 @@ def _test_cpu_threads() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def test_cache_dir() -> Path:
-    """Persistent across test sessions so the ~10 s GGUF conversion happens once per checkout."""
+    """The servers' cache too (converted models, compiled kernels): one conversion and one compile per
+    checkout, as replicas of a deployment share one cache."""
     TEST_CACHE_DIR.mkdir(parents=True, exist_ok=True)
     return TEST_CACHE_DIR
 

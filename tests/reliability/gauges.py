@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 
 GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
 _GAUGE_RE = re.compile(r"^mooncake:(\w+)\{[^}]*\}\s+(\S+)$")

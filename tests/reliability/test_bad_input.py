@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 from tests.reliability.gauges import wait_for_idle_gauges
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 from tests.reliability.gauges import wait_for_idle_gauges
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 

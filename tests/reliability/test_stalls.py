@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from inference.config import SchedulerConfig
-from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO_ROOT, LiveDaphne, free_port
+from tests.live_server import REPO_ROOT, DjangoShell, LiveDaphne, free_port
 from tests.services import Service, start_postgres, start_redis
 from tests.webapp.nginx import Proxy, start_nginx
 
@@ -74,15 +74,13 @@ class Cluster:
     env: dict[str, str]
     work: Path
 
+    shell: DjangoShell | None = None
+
     def manage_shell(self, code: str) -> str:
         """Run Python in a Django shell against the shared database; returns what it printed."""
-        done = subprocess.run(
-            [sys.executable, str(REPO_ROOT / "manage.py"), "shell", "-v", "0", "-c", code],
-            env=self.replicas["a"].env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr)
-        return done.stdout.strip()
+        if self.shell is None:
+            self.shell = DjangoShell(self.replicas["a"].env, self.work / "shell.log")
+        return self.shell.run(code).strip()
 
     def login(self, base: str, username: str) -> Http:
         """A session for `username`, made in the shared database (so it is valid on every replica)."""
@@ -129,6 +127,8 @@ class Cluster:
         process.wait(timeout=60)
 
     def stop(self) -> None:
+        if self.shell is not None:
+            self.shell.close()
         for name in list(self.replicas):
             process = self.replicas[name].process
             if process is not None and process.poll() is None:

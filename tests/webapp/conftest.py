@@ -23,3 +23,7 @@ def browser() -> Iterator[Any]:
         instance = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield instance
         instance.close()
+
+
+# The session's models-list server (tests/webapp/live_models.py), for the suites in this folder.
+from tests.webapp.live_models import models_list_server  # noqa: E402, F401

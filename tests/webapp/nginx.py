@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.live_server import REPO_ROOT, free_port
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 

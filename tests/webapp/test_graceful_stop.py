@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, free_port, start_live_daphne, stop_live_daphne
+from tests.live_server import REPO_ROOT, free_port, start_live_daphne, stop_live_daphne
 
 pytestmark = pytest.mark.slow
 

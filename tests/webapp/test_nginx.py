@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import REPO_ROOT, LiveDaphne
+from tests.live_server import REPO_ROOT, LiveDaphne
 from tests.webapp.nginx import Proxy, nginx_skip_reason, start_nginx
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from inference import EngineConfig, SamplingParams
 from inference.errors import UpstreamUnavailableError
 from inference.remote_engine import RemoteEngine
 from inference.upstream import Upstream
-from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 
 pytestmark = pytest.mark.slow
 
@@ -38,17 +38,11 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveDap
         config={"model": {"max_model_len": UPSTREAM_CONTEXT}},
     )
     server.create_user("owner", "owner-password-1")
-    secret = (
-        server.manage(
-            "shell",
-            "-c",
-            "from django.contrib.auth.models import User\n"
-            "from webapp.accounts.services import api_key_create\n"
-            "print(api_key_create(user=User.objects.get(username='owner')).secret)\n",
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )  # the shell's own banner comes first
+    secret = server.shell(
+        "from django.contrib.auth.models import User\n"
+        "from webapp.accounts.services import api_key_create\n"
+        "print(api_key_create(user=User.objects.get(username='owner')).secret)\n"
+    ).strip()
     yield server, secret
     stop_live_daphne(server)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -78,7 +78,7 @@ CULPRITS = """(limit) => {
 
 
 def manage_shell(server: LiveDaphne, code: str) -> str:
-    return server.manage("shell", "-c", code).stdout.strip()
+    return server.shell(code).strip()
 
 
 @pytest.fixture(scope="module")

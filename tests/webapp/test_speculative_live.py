@@ -1,7 +1,7 @@
-"""Speculative decoding and async scheduling served for real: one Daphne with the bundled model three
-times (plain; n-gram speculation; async scheduling), bf16 as `make run` serves it. Greedy streams of a
-reply that repeats its prompt are the same text on all three, alone and four at once, and /metrics shows
-the drafts that were accepted on the speculative one only."""
+"""Speculative decoding and async scheduling served for real, on the session's models-list server
+(tests/webapp/live_models.py): the bundled model in bf16, plain, with n-gram speculation and with async
+scheduling. Greedy streams of a reply that repeats its prompt are the same text on all three, alone and
+four at once, and /metrics shows the drafts that were accepted on the speculative one only."""
 
 from __future__ import annotations
 
@@ -12,19 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
-from tests.webapp.test_model_list_live import _sse_data, _wait_all_loaded
+from tests.live_server import LiveDaphne
+from tests.webapp.live_models import sse_data
 
 pytestmark = pytest.mark.slow
 
-SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
-MODELS = {
-    "models": [
-        {"id": "smol", "model_id": "default", "default": True},
-        {"id": "smol-spec", "model_id": "default", "speculative": SPEC},
-        {"id": "smol-async", "model_id": "default", "async_scheduling": True},
-    ]
-}
+PLAIN = "smol-bf16"
 EDIT = (
     "Repeat this text exactly, fixing nothing: The committee met on Monday to discuss the budget for the "
     "new library. After a long debate, the committee agreed to fund the reading room and the archive."
@@ -41,7 +34,7 @@ def _stream(server: LiveDaphne, model: str) -> tuple[str, dict[str, Any]]:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    events = _sse_data(server, body, timeout=300)
+    events = sse_data(server, body, timeout=300)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
@@ -56,30 +49,25 @@ def _accepted(server: LiveDaphne) -> dict[str, float]:
     return {m[1]: float(m[2]) for m in re.finditer(pattern, metrics, re.MULTILINE)}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    live = start_live_daphne(tmp_path_factory.mktemp("speculative-live"), config={"model": MODELS})
-    try:
-        _wait_all_loaded(live, {"smol", "smol-spec", "smol-async"})
-        yield live
-    finally:
-        stop_live_daphne(live)
+@pytest.fixture
+def server(models_list_server: LiveDaphne) -> LiveDaphne:
+    return models_list_server
 
 
 def test_streams_are_the_same_text_with_speculation_and_async_scheduling(server: LiveDaphne) -> None:
-    plain, usage = _stream(server, "smol")
+    plain, usage = _stream(server, PLAIN)
     assert "committee" in plain  # the reply does repeat its prompt, so drafts have something to match
     before = _accepted(server)
     assert _stream(server, "smol-spec") == (plain, usage)
     assert _stream(server, "smol-async") == (plain, usage)
     after = _accepted(server)
     assert after["smol-spec"] - before.get("smol-spec", 0) > 10
-    assert after.get("smol", 0) == 0 and after.get("smol-async", 0) == 0
+    assert after.get(PLAIN, 0) == 0 and after.get("smol-async", 0) == 0
 
 
 def test_concurrent_streams_agree_on_every_model(server: LiveDaphne) -> None:
-    alone, _ = _stream(server, "smol")
-    for model in ("smol", "smol-spec", "smol-async"):
+    alone, _ = _stream(server, PLAIN)
+    for model in (PLAIN, "smol-spec", "smol-async"):
         with ThreadPoolExecutor(4) as pool:
             texts = {text for text, _ in pool.map(_stream, [server] * 4, [model] * 4)}
         assert texts == {alone}, model

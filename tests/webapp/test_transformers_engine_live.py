@@ -1,6 +1,7 @@
-"""Engine type "transformers" served for real: one Daphne with the bundled model twice, on our engine and
-on transformers' continuous batching, both fp32. Greedy replies agree, streaming ends with [DONE], what
-its sampler lacks is a 400 naming the parameter, and the console says which engine runs each."""
+"""Engine type "transformers" served for real, on the session's models-list server
+(tests/webapp/live_models.py): the bundled model in fp32 on our engine and on transformers' continuous
+batching. Greedy replies agree, streaming ends with [DONE], what its sampler lacks is a 400 naming the
+parameter, and the console says which engine runs each."""
 
 from __future__ import annotations
 
@@ -11,17 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
-from tests.webapp.test_model_list_live import _post, _sse_data, _staff_session, _wait_all_loaded
+from tests.live_server import LiveDaphne
+from tests.webapp.live_models import console_models_page, console_row, sse_data
+from tests.webapp.live_models import post as _post
 
 pytestmark = pytest.mark.slow
 
-MODELS = {
-    "models": [
-        {"id": "smol-native", "model_id": "default", "dtype": "float32", "default": True},
-        {"id": "smol-hf", "model_id": "default", "dtype": "float32", "type": "transformers"},
-    ]
-}
+NATIVE = "smol-fp32"  # our engine, fp32 as the transformers one
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -32,7 +29,7 @@ def _reply(server: LiveDaphne, model: str) -> str:
 
 def _stream(server: LiveDaphne, model: str) -> list[str]:
     body = {"model": model, "messages": QUESTION, "temperature": 0, "max_tokens": 24, "stream": True}
-    return _sse_data(server, body)
+    return sse_data(server, body)
 
 
 def _error(server: LiveDaphne, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -43,18 +40,13 @@ def _error(server: LiveDaphne, body: dict[str, Any]) -> tuple[int, dict[str, Any
     raise AssertionError("the request was accepted")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    live = start_live_daphne(tmp_path_factory.mktemp("transformers-live"), config={"model": MODELS})
-    try:
-        _wait_all_loaded(live, {"smol-native", "smol-hf"})
-        yield live
-    finally:
-        stop_live_daphne(live)
+@pytest.fixture
+def server(models_list_server: LiveDaphne) -> LiveDaphne:
+    return models_list_server
 
 
 def test_greedy_replies_agree_with_our_engine(server: LiveDaphne) -> None:
-    ours = _reply(server, "smol-native")
+    ours = _reply(server, NATIVE)
     theirs = _reply(server, "smol-hf")
     assert theirs and theirs == ours
 
@@ -86,25 +78,18 @@ def test_what_its_sampler_lacks_is_a_400_naming_it(server: LiveDaphne) -> None:
     assert _post(
         server,
         "/v1/chat/completions",
-        {"model": "smol-native", "messages": QUESTION, "max_tokens": 4, "seed": 7},
+        {"model": NATIVE, "messages": QUESTION, "max_tokens": 4, "seed": 7},
     )["choices"]
 
 
 def test_the_console_says_which_engine_runs_it(server: LiveDaphne) -> None:
-    session = _staff_session(server)
-    request = urllib.request.Request(
-        server.url + "/console/models/", headers={"Cookie": f"sessionid={session}"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        page = response.read().decode()
-    row = page[page.index('data-model="smol-hf"') :]
-    row = row[: row.index("</tr>")]
+    row = console_row(console_models_page(server), "smol-hf")
     assert "LlamaForCausalLM (transformers)" in row, row
 
 
 def test_models_list_and_health_show_both(server: LiveDaphne) -> None:
     listed = {m["id"] for m in json.loads(server.get("/v1/models")[1])["data"]}
-    assert {"smol-native", "smol-hf"} <= listed
+    assert {NATIVE, "smol-hf"} <= listed
     health = json.loads(server.get("/health")[1])
     states = {m["name"]: m["state"] for m in health["models"]}
     assert states["smol-hf"] == "loaded"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 from tests.webapp.accounts.oidc_provider import CLIENT_ID, CLIENT_SECRET, Provider, start_provider
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.conftest import LiveDaphne, start_live_daphne, stop_live_daphne
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 
 # A queue that holds the 20-stream cancellation storm but overflows under a flood of 96 requests;
 # a short context keeps the long-prompt cases cheap.
@@ -30,7 +30,7 @@ def create_key(server: LiveDaphne, username: str, **limits: int) -> str:
         f"user, _ = User.objects.get_or_create(username={username!r})\n"
         f"print('SECRET=' + api_key_create(user=user, name='conformance', {args}).secret)\n"
     )
-    out = server.manage("shell", "-c", code).stdout
+    out = server.shell(code)
     match = re.search(r"SECRET=(\S+)", out)
     if match is None:
         raise RuntimeError(f"no key in: {out!r}")

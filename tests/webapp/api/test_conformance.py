@@ -15,7 +15,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 from tests.webapp.api.live import MODEL, SERVER_CONFIG, create_key, metric
 
 pytestmark = pytest.mark.slow

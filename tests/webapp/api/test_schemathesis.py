@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 
 # Generation work per case: a few tokens and at most two choices (the fields' validity is untouched).
 MAX_TOKENS = 2

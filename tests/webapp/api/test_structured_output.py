@@ -22,6 +22,7 @@ from inference import AsyncEngine
 from inference.gguf_convert import ensure_converted
 from inference.loader import default_gguf_path, load_model
 from tests.inference.real_model import make_engine
+from tests.live_server import shared_cache_dir
 from tests.webapp.api.conftest import post_json
 from tests.webapp.fake_engine import FakeModelManager
 from webapp.api.services.grammar import (
@@ -32,7 +33,7 @@ from webapp.api.services.grammar import (
 )
 from webapp.core.runtime import get_runtime
 
-TEST_CACHE_DIR = Path(__file__).resolve().parents[3] / "var" / "test-cache"
+TEST_CACHE_DIR = shared_cache_dir()
 CHAT = "/v1/chat/completions"
 MAX_TOKENS = 40
 ANSWER_SCHEMA: dict[str, Any] = {

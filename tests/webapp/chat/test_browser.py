@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -234,7 +234,7 @@ def test_import_renders_markdown_safely_with_copy_buttons(
 ) -> None:
     export = tmp_path / "chat.json"
     export.write_text(json.dumps(IMPORTED), encoding="utf-8")
-    server.manage("shell", "-c", MAKE_CHATS)
+    server.shell(MAKE_CHATS)
     page = log_in(browser, server, viewport={"width": 1280, "height": 800})
 
     # The sidebar loads older chats as it scrolls (htmx, 30 a page).

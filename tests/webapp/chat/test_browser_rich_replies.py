@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 from tests.webapp.chat.test_browser import log_in as shared_log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -46,7 +46,7 @@ def seed_reply(server: LiveDaphne, content: str) -> int:
         "status='complete', model='seeded')\n"
         "print(c.pk)\n"
     )
-    return int(server.manage("shell", "-c", code).stdout.strip().splitlines()[-1])
+    return int(server.shell(code).strip().splitlines()[-1])
 
 
 def test_diagram_math_and_links(browser: Any, server: LiveDaphne) -> None:

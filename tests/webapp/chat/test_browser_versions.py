@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 from tests.webapp.chat.test_browser import log_in as shared_log_in
 from tests.webapp.chat.test_browser import send, set_max_tokens, wait_idle
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 from tests.webapp.chat.test_browser import log_in as chat_log_in
 from tests.webapp.chat.test_browser import send, set_max_tokens, wait_idle
 
@@ -24,12 +24,10 @@ def server(daphne_server: LiveDaphne) -> LiveDaphne:
     daphne_server.create_user(CHATTER, CHATTER_PASSWORD)
     daphne_server.create_user(STAFF, STAFF_PASSWORD, staff=True)
     # One request a minute: the first send is it (saving settings is not one), the second is refused.
-    daphne_server.manage(
-        "shell",
-        "-c",
+    daphne_server.shell(
         "from django.contrib.auth.models import User\n"
         "from webapp.accounts.models import UserApiLimits\n"
-        f"UserApiLimits.objects.create(user=User.objects.get(username={CHATTER!r}), requests_per_minute=1)\n",
+        f"UserApiLimits.objects.create(user=User.objects.get(username={CHATTER!r}), requests_per_minute=1)\n"
     )
     return daphne_server
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.live_server import free_port
 from webapp.cli import build_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

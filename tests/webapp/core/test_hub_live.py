@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import start_live_daphne, stop_live_daphne
 from tests.hub_server import bundled_model_repo, start_hub
+from tests.live_server import start_live_daphne, stop_live_daphne
 
 REPO = "mirror-org/SmolLM2-mirror"
 NAME = "SmolLM2-mirror"

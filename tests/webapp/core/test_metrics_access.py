@@ -17,7 +17,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from tests.conftest import free_port
+from tests.live_server import free_port
 
 pytestmark = pytest.mark.django_db
 

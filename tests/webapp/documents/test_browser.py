@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 from tests.webapp.chat.test_browser import log_in, send, set_max_tokens, wait_idle
 from tests.webapp.documents.files import make_pdf
 from tests.webapp.documents.workers import celery_worker

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 from tests.webapp.chat.test_browser import log_in, send, set_max_tokens, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -32,7 +32,7 @@ def server(daphne_server: LiveDaphne) -> LiveDaphne:
     daphne_server.create_user(OWNER, PASSWORD)
     daphne_server.create_user(READER, PASSWORD)
     daphne_server.create_user(ADMIN, PASSWORD, staff=True)
-    daphne_server.manage("shell", "-c", MAKE_CHATS)
+    daphne_server.shell(MAKE_CHATS)
     return daphne_server
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LiveDaphne
+from tests.live_server import LiveDaphne
 from tests.webapp.chat.test_browser import log_in, send, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -1,0 +1,90 @@
+"""`make test`'s runner: lint, then each test suite in turn, then a table of every step's wall time.
+
+Every step runs even when an earlier one fails, so one run reports everything; the exit status is 1 if
+any step failed. `python -m tests.suites --list` prints the steps; `python -m tests.suites NAME...` runs
+only those.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _pytest(*args: str) -> list[str]:
+    return [str(BIN / "pytest"), "-p", "no:cacheprovider", *args]
+
+
+# Tests that start real servers, browsers or workers run serially: each xdist worker would start its own
+# copy of every session server, and they share the machine's two cores with it.
+LIVE = "slow or browser or reliability or worker or replicas"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    what: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def steps(workers: int) -> list[Step]:
+    parallel = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+    return [
+        Step("ruff", "lint", [str(BIN / "ruff"), "check", "."]),
+        Step("mypy", "types", [str(BIN / "mypy"), "inference", "webapp"]),
+        Step("unit", f"no server, {workers} workers", _pytest("-m", f"not ({LIVE})", *parallel)),
+        Step("live", "real servers, browsers, workers", _pytest("-m", LIVE)),
+        Step(
+            "postgres",
+            "database-dependent tests on PostgreSQL",
+            _pytest("tests/webapp", "-m", "database", *parallel),
+            {"MOONCAKE_TEST_DATABASE": "postgres"},
+        ),
+    ]
+
+
+def _workers() -> int:
+    """xdist workers for the unit suites: one per core (the tests pin torch to one thread each)."""
+    configured = os.environ.get("MOONCAKE_TEST_WORKERS")
+    return int(configured) if configured else max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
+def main(argv: list[str]) -> int:
+    plan = steps(_workers())
+    if argv[:1] == ["--list"]:
+        for step in plan:
+            print(f"{step.name:10} {' '.join(step.command)}")
+        return 0
+    unknown = set(argv) - {step.name for step in plan}
+    if unknown:
+        print(f"unknown step(s): {', '.join(sorted(unknown))}; see --list", file=sys.stderr)
+        return 2
+    chosen = [step for step in plan if not argv or step.name in argv]
+    results: list[tuple[Step, int, float]] = []
+    for step in chosen:
+        print(f"\n==== {step.name}: {step.what} ====", flush=True)
+        started = time.monotonic()
+        code = subprocess.run(step.command, cwd=REPO_ROOT, env=os.environ | step.env).returncode
+        results.append((step, code, time.monotonic() - started))
+    print("\n==== wall time per step ====")
+    for step, code, seconds in results:
+        outcome = "ok" if code == 0 else f"FAILED (exit {code})"
+        print(f"{step.name:10} {_clock(seconds):>8}  {outcome:18} {step.what}")
+    print(f"{'total':10} {_clock(sum(seconds for _, _, seconds in results)):>8}")
+    return 0 if all(code == 0 for _, code, _ in results) else 1
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,91 @@
+"""One real Daphne serving a models list, shared by the suites that test a list's variants: the bundled
+model in float32 and bfloat16, with n-gram speculation, with async scheduling, and on transformers' own
+continuous batching. Each model has its own engine, so the variants do not share state; a suite that
+needs a server of its own (a start or stop under test) says so in its fixture."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
+
+SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+# Explicit dtypes: "auto" differs by CPU, and the variants of one dtype must agree token for token.
+MODELS = {
+    "models": [
+        {"id": "smol-fp32", "model_id": "default", "dtype": "float32"},
+        {"id": "smol-bf16", "model_id": "default", "dtype": "bfloat16", "default": True},
+        {"id": "smol-spec", "model_id": "default", "dtype": "bfloat16", "speculative": SPEC},
+        {"id": "smol-async", "model_id": "default", "dtype": "bfloat16", "async_scheduling": True},
+        {"id": "smol-hf", "model_id": "default", "dtype": "float32", "type": "transformers"},
+    ]
+}
+MODEL_IDS = {str(model["id"]) for model in MODELS["models"]}
+ADMIN, ADMIN_PASSWORD = "list-admin", "moon-cake-42!"
+
+
+def post(server: LiveDaphne, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        server.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        result: dict[str, Any] = json.loads(response.read())
+        return result
+
+
+def sse_data(server: LiveDaphne, body: dict[str, Any], timeout: float = 120) -> list[str]:
+    """The data lines of a streamed chat completion, in order ("[DONE]" last)."""
+    request = urllib.request.Request(
+        server.url + "/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return [
+            line.decode().removeprefix("data: ").strip() for line in response if line.startswith(b"data: ")
+        ]
+
+
+def wait_all_loaded(server: LiveDaphne, names: set[str], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        models = json.loads(server.get("/health")[1]).get("models", [])
+        states = {m["name"]: m["state"] for m in models}
+        if all(states.get(name) == "loaded" for name in names):
+            return
+        assert not any(states.get(name) == "failed" for name in names), f"{models}\n{server.log_tail()}"
+        time.sleep(0.5)
+    raise AssertionError(f"not all loaded: {server.get('/health')[1]!r}\n{server.log_tail()}")
+
+
+def console_models_page(server: LiveDaphne) -> str:
+    """/console/models/ as the list server's staff user sees it."""
+    request = urllib.request.Request(
+        server.url + "/console/models/", headers={"Cookie": f"sessionid={server.login_session(ADMIN)}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(response.read().decode())
+
+
+def console_row(page: str, model: str) -> str:
+    row = page[page.index(f'data-model="{model}"') :]
+    return row[: row.index("</tr>")]
+
+
+@pytest.fixture(scope="session")
+def models_list_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
+    """The session's models-list server, every model loaded, with a staff user ADMIN."""
+    server = start_live_daphne(tmp_path_factory.mktemp("models-list"), config={"model": MODELS})
+    try:
+        wait_all_loaded(server, MODEL_IDS)
+        server.create_user(ADMIN, ADMIN_PASSWORD, staff=True)
+        yield server
+    finally:
+        stop_live_daphne(server)
