@@ -159,6 +159,22 @@ def _read_line(stream: IO[str], timeout: float) -> str:
     return result[0]
 
 
+def session_snippet(username: str) -> str:
+    """Python that makes a logged-in session for `username` in the database and prints its key."""
+    return (
+        "from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY\n"
+        "from django.contrib.auth.models import User\n"
+        "from django.contrib.sessions.backends.db import SessionStore\n"
+        f"u = User.objects.get(username={username!r})\n"
+        "s = SessionStore()\n"
+        "s[SESSION_KEY] = str(u.pk)\n"
+        "s[BACKEND_SESSION_KEY] = 'django.contrib.auth.backends.ModelBackend'\n"
+        "s[HASH_SESSION_KEY] = u.get_session_auth_hash()\n"
+        "s.create()\n"
+        "print(s.session_key)\n"
+    )
+
+
 # ---- a real server --------------------------------------------------------------------------------------
 
 
@@ -202,18 +218,7 @@ class LiveDaphne:
 
     def login_session(self, username: str) -> str:
         """A session key for `username`, made in the server's database (a logged-in browser's cookie)."""
-        return self.shell(
-            "from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY\n"
-            "from django.contrib.auth.models import User\n"
-            "from django.contrib.sessions.backends.db import SessionStore\n"
-            f"u = User.objects.get(username={username!r})\n"
-            "s = SessionStore()\n"
-            "s[SESSION_KEY] = str(u.pk)\n"
-            "s[BACKEND_SESSION_KEY] = 'django.contrib.auth.backends.ModelBackend'\n"
-            "s[HASH_SESSION_KEY] = u.get_session_auth_hash()\n"
-            "s.create()\n"
-            "print(s.session_key)\n"
-        ).strip()
+        return self.shell(session_snippet(username)).strip()
 
     def get(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
         try:

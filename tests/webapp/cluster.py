@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.live_server import REPO_ROOT, DjangoShell, LiveDaphne, free_port
+from tests.live_server import REPO_ROOT, DjangoShell, LiveDaphne, free_port, session_snippet
 from tests.services import Service, start_postgres, start_redis
 from tests.webapp.nginx import Proxy, start_nginx
 
@@ -84,18 +84,7 @@ class Cluster:
 
     def login(self, base: str, username: str) -> Http:
         """A session for `username`, made in the shared database (so it is valid on every replica)."""
-        key = self.manage_shell(
-            "from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY\n"
-            "from django.contrib.auth.models import User\n"
-            "from django.contrib.sessions.backends.db import SessionStore\n"
-            f"u = User.objects.get(username={username!r})\n"
-            "s = SessionStore()\n"
-            "s[SESSION_KEY] = str(u.pk)\n"
-            "s[BACKEND_SESSION_KEY] = 'django.contrib.auth.backends.ModelBackend'\n"
-            "s[HASH_SESSION_KEY] = u.get_session_auth_hash()\n"
-            "s.create()\n"
-            "print(s.session_key)\n"
-        )
+        key = self.manage_shell(session_snippet(username))
         return Http(base, {"sessionid": key})
 
     def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
