@@ -36,6 +36,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # ---- MOONCAKE_TEST_DATABASE=postgres: the whole session on a throwaway PostgreSQL ------------------------
 
 _POSTGRES_KEY: pytest.StashKey[Service] = pytest.StashKey()
+_SHARED_POSTGRES = "MOONCAKE_TEST_POSTGRES_URL"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -47,6 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.exit(f"MOONCAKE_TEST_DATABASE={choice!r}: use sqlite or postgres", returncode=4)
     from tests import services
 
+    shared = os.environ.get(_SHARED_POSTGRES)
+    if shared and os.environ.get("PYTEST_XDIST_WORKER"):
+        # The controller's server; pytest-django names a test database per worker.
+        services.use_database_url(shared)
+        return
     reason = services.postgres_skip_reason()
     if reason:
         # Not an error: without root nothing installed PostgreSQL. Never fall back to SQLite silently.
@@ -57,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.exit(f"MOONCAKE_TEST_DATABASE=postgres, but PostgreSQL did not start: {exc}", returncode=3)
     config.stash[_POSTGRES_KEY] = server
     services.use_database_url(server.url)
+    os.environ[_SHARED_POSTGRES] = server.url  # xdist workers start after this and inherit it
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

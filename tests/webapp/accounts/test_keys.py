@@ -77,6 +77,7 @@ def test_touch_records_last_use_at_most_once_a_minute(user: User) -> None:
     assert ApiKey.objects.get().last_used_at == later
 
 
+@pytest.mark.database
 def test_limits_fall_back_to_settings(user: User, settings: Any) -> None:
     settings.MOONCAKE_API_LIMITS = {"requests_per_minute": 100, "tokens_per_minute": 1000}
     key = api_key_create(user=user, tokens_per_minute=50).api_key
@@ -90,6 +91,7 @@ def test_limits_fall_back_to_settings(user: User, settings: Any) -> None:
     assert api_key_limits(api_key=key) == Limits(1, 1000, None)
 
 
+@pytest.mark.database
 def test_daily_usage_totals_per_user_and_key(user: User) -> None:
     first = api_key_create(user=user).api_key
     second = api_key_create(user=user).api_key

@@ -57,6 +57,7 @@ def test_login_page_shows_the_button_only_when_configured(admin: User, settings:
     assert "Log in with Acme ID" in page
 
 
+@pytest.mark.database
 def test_first_login_creates_a_pending_user_then_approval_lets_them_in(provider: Provider) -> None:
     client = Client()
     response = sso_login(client, provider)
@@ -82,6 +83,7 @@ def test_first_login_creates_a_pending_user_then_approval_lets_them_in(provider:
     assert User.objects.filter(sso_identities__isnull=False).count() == 1  # the same account, not a new one
 
 
+@pytest.mark.database
 def test_auto_approved_domain_logs_in_at_once(provider: Provider) -> None:
     SignupSettings.objects.create(pk=1, enabled=False, auto_approve_domains="corp.example")
     client = Client()
@@ -92,6 +94,7 @@ def test_auto_approved_domain_logs_in_at_once(provider: Provider) -> None:
     assert client.session["_auth_user_id"] == str(user.pk)
 
 
+@pytest.mark.database
 def test_unverified_email_is_not_auto_approved(provider: Provider) -> None:
     SignupSettings.objects.create(pk=1, auto_approve_domains="corp.example")
     provider.claims["email_verified"] = False
@@ -120,6 +123,7 @@ def test_bad_tokens_are_refused_with_a_clear_message(provider: Provider, mode: s
     assert "_auth_user_id" not in client.session
 
 
+@pytest.mark.database
 def test_allowed_domains_refuse_other_domains(provider: Provider, settings: Any) -> None:
     settings.MOONCAKE_OIDC_ALLOWED_DOMAINS = ["other.example"]
     client = Client()
@@ -128,6 +132,7 @@ def test_allowed_domains_refuse_other_domains(provider: Provider, settings: Any)
     assert not User.objects.filter(username="ada").exists()
 
 
+@pytest.mark.database
 def test_rejected_account_is_told_so(provider: Provider) -> None:
     sso_login(Client(), provider)
     user = User.objects.get(username="ada")
@@ -140,6 +145,7 @@ def test_rejected_account_is_told_so(provider: Provider) -> None:
     assert User.objects.filter(sso_identities__isnull=False).count() == 1
 
 
+@pytest.mark.database
 def test_username_collision_gets_a_suffix(provider: Provider) -> None:
     User.objects.create_user("ada", password="x-unused-password-1")
     sso_login(Client(), provider)
@@ -171,6 +177,7 @@ def test_discovery_naming_another_issuer_is_refused(provider: Provider, settings
     assert "cannot be reached" in login_page_error(client)
 
 
+@pytest.mark.database
 def test_explicit_endpoints_skip_discovery(provider: Provider, settings: Any) -> None:
     settings.OIDC_OP_AUTHORIZATION_ENDPOINT = provider.url + "/authorize"
     settings.OIDC_OP_TOKEN_ENDPOINT = provider.url + "/token"

@@ -18,7 +18,7 @@ from webapp.accounts.services import api_key_create, usage_record
 from webapp.core.errors import RateLimited
 from webapp.core.runtime import get_runtime
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 

@@ -28,6 +28,7 @@ def test_sign_up_is_off_by_default(admin: User) -> None:
     assert b"Sign up</a>" not in client.get("/login/").content
 
 
+@pytest.mark.database
 def test_sign_up_creates_a_pending_account_that_cannot_log_in(signup_on: SignupSettings) -> None:
     client = Client()
     assert b'href="/signup/">Sign up</a>' in client.get("/login/").content
@@ -47,6 +48,7 @@ def test_sign_up_creates_a_pending_account_that_cannot_log_in(signup_on: SignupS
     assert b"waiting for approval" not in wrong.content and b"correct username and password" in wrong.content
 
 
+@pytest.mark.database
 def test_approved_domain_signs_in_at_once(signup_on: SignupSettings) -> None:
     signup_on.auto_approve_domains = "example.org"
     signup_on.save()
@@ -58,6 +60,7 @@ def test_approved_domain_signs_in_at_once(signup_on: SignupSettings) -> None:
     assert client.session["_auth_user_id"] == str(user.pk)
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("changes", "field", "message"),
     [

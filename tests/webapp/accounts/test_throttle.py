@@ -61,6 +61,7 @@ def test_logging_in_to_another_account_does_not_wipe_the_count(victim: User) -> 
     assert attempt("victim", "wrong", "10.0.0.3").status_code == 429
 
 
+@pytest.mark.database
 def test_admin_sees_and_lifts_a_lock(victim: User, admin_client: Client, admin: User) -> None:
     for n in range(3):
         attempt("victim", "wrong", f"10.0.0.{n + 1}")
@@ -75,6 +76,7 @@ def test_admin_sees_and_lifts_a_lock(victim: User, admin_client: Client, admin: 
     assert "Nothing is locked." in admin_client.get("/console/accounts/").content.decode()
 
 
+@pytest.mark.database
 def test_address_locks_are_listed_and_lifted(victim: User, admin_client: Client) -> None:
     for name in ("a", "b", "c"):
         attempt(name, "wrong", "10.9.9.9")
@@ -83,6 +85,7 @@ def test_address_locks_are_listed_and_lifted(victim: User, admin_client: Client)
     assert attempt("victim", PASSWORD, "10.9.9.9").status_code == 302
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     "data",
     [
@@ -99,6 +102,7 @@ def test_bad_unlock_requests_are_400(admin_client: Client, data: dict[str, str])
     assert not AuditLog.objects.filter(action="login.unlock").exists()
 
 
+@pytest.mark.database
 def test_unlocking_what_is_not_locked_says_so(admin_client: Client) -> None:
     response = admin_client.post(
         "/console/accounts/unlock/", {"kind": "username", "value": "nobody"}, follow=True

@@ -47,6 +47,7 @@ async def test_missing_and_bad_keys_are_401(auth_required: None, db: None) -> No
             assert error["code"] == "invalid_api_key"
 
 
+@pytest.mark.database
 async def test_valid_key_works_and_is_recorded(auth_required: None, db: None) -> None:
     created = await new_key()
     client = AsyncClient()
@@ -76,12 +77,14 @@ async def test_revoked_key_is_401(auth_required: None, db: None) -> None:
     assert_openai_error(response, 401, "authentication_error")
 
 
+@pytest.mark.database
 async def test_auth_off_accepts_anything(client: AsyncClient) -> None:
     response = await post_json(client, "/v1/completions", {"prompt": "x"}, Authorization="Bearer EMPTY")
     assert response.status_code == 200
     assert await RequestLog.objects.filter(api_key__isnull=True).acount() == 1
 
 
+@pytest.mark.database
 async def test_requests_per_minute_is_429(auth_required: None, db: None) -> None:
     created = await new_key(requests_per_minute=2)
     client = AsyncClient()
@@ -97,6 +100,7 @@ async def test_requests_per_minute_is_429(auth_required: None, db: None) -> None
     assert (await post_json(client, "/v1/completions", {"prompt": "x"}, **bearer(other))).status_code == 200
 
 
+@pytest.mark.database
 async def test_tokens_per_minute_is_429(auth_required: None, db: None) -> None:
     created = await new_key(tokens_per_minute=5)
     client = AsyncClient()
@@ -108,6 +112,7 @@ async def test_tokens_per_minute_is_429(auth_required: None, db: None) -> None:
     assert int(response["Retry-After"]) >= 1
 
 
+@pytest.mark.database
 async def test_user_limit_spans_keys(auth_required: None, db: None) -> None:
     first = await new_key()
     second = await new_key()
@@ -121,6 +126,7 @@ async def test_user_limit_spans_keys(auth_required: None, db: None) -> None:
     assert_openai_error(response, 429, "rate_limit_error")
 
 
+@pytest.mark.database
 async def test_concurrent_limit_is_429_until_a_stream_ends(
     auth_required: None, db: None, engine: FakeEngine
 ) -> None:
@@ -136,6 +142,7 @@ async def test_concurrent_limit_is_429_until_a_stream_ends(
     assert (await post_json(client, "/v1/completions", {"prompt": "x"}, **bearer(created))).status_code == 200
 
 
+@pytest.mark.database
 async def test_rejected_requests_are_logged(auth_required: None, db: None) -> None:
     created = await new_key()
     response = await post_json(
@@ -148,6 +155,7 @@ async def test_rejected_requests_are_logged(auth_required: None, db: None) -> No
     assert usage.errors == 1
 
 
+@pytest.mark.database
 async def test_prompt_text_only_stored_when_enabled(client: AsyncClient, settings: Any) -> None:
     settings.MOONCAKE_API_LOG_PROMPTS = True
     await post_json(
@@ -156,6 +164,7 @@ async def test_prompt_text_only_stored_when_enabled(client: AsyncClient, setting
     assert (await RequestLog.objects.aget()).prompt_text == "secret plan"
 
 
+@pytest.mark.database
 async def test_parallel_requests_share_daily_row(client: AsyncClient) -> None:
     await asyncio.gather(
         *(post_json(client, "/v1/completions", {"prompt": "x", "max_tokens": 1}) for _ in range(5))
@@ -185,6 +194,7 @@ async def test_no_key_resolves_without_a_thread_hop(settings: Any, monkeypatch: 
     assert excinfo.value.status == 401
 
 
+@pytest.mark.database
 async def test_a_refused_request_costs_no_template_work(
     auth_required: None, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -206,6 +216,7 @@ async def test_a_refused_request_costs_no_template_work(
     assert len(templated) == 1  # limits are checked before the template, the tokenizer or a grammar
 
 
+@pytest.mark.database
 async def test_tokenizer_calls_count_as_requests(auth_required: None, engine: FakeEngine) -> None:
     created = await new_key(requests_per_minute=2)
     client = AsyncClient()
@@ -215,6 +226,7 @@ async def test_tokenizer_calls_count_as_requests(auth_required: None, engine: Fa
     assert assert_openai_error(response, 429, "rate_limit_error")["code"] == "requests_per_minute"
 
 
+@pytest.mark.database
 async def test_every_sequence_counts_against_concurrency(auth_required: None, engine: FakeEngine) -> None:
     created = await new_key(max_concurrent_requests=2)
     client = AsyncClient()

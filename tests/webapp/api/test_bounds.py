@@ -112,6 +112,7 @@ def assert_param_error(response: Any, param: str) -> dict[str, Any]:
     return error
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(("url", "param", "edge", "outcome", "past"), CASES)
 async def test_numeric_edges(
     client: AsyncClient,

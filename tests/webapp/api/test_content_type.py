@@ -37,6 +37,7 @@ async def test_valid_json_under_another_content_type_is_415(
     assert not engine.calls, "the view ran"
 
 
+@pytest.mark.database
 @pytest.mark.parametrize("path", list(BODIES))
 @pytest.mark.parametrize(
     "content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON; charset=UTF-8"]

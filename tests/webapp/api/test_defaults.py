@@ -36,6 +36,7 @@ def last_prompt(engine: FakeEngine) -> str:
     return engine.tokenizer.decode(prompt) if isinstance(prompt, list) else prompt
 
 
+@pytest.mark.database
 async def test_model_defaults_fill_omitted_chat_fields(
     client: AsyncClient, engine: FakeEngine, registered: ModelRegistration
 ) -> None:
@@ -48,6 +49,7 @@ async def test_model_defaults_fill_omitted_chat_fields(
     assert response.json()["usage"]["completion_tokens"] == 4
 
 
+@pytest.mark.database
 async def test_explicit_values_win_over_model_defaults(
     client: AsyncClient, engine: FakeEngine, registered: ModelRegistration
 ) -> None:
@@ -60,6 +62,7 @@ async def test_explicit_values_win_over_model_defaults(
     assert (last_params(engine).max_tokens, last_params(engine).temperature) == (5, 0.0)
 
 
+@pytest.mark.database
 async def test_model_defaults_apply_to_completions_by_alias(
     client: AsyncClient, engine: FakeEngine, registered: ModelRegistration
 ) -> None:
@@ -73,6 +76,7 @@ async def test_model_defaults_apply_to_completions_by_alias(
     assert (last_params(engine).temperature, last_params(engine).max_tokens) == (0.9, 6)
 
 
+@pytest.mark.database
 async def test_global_defaults_then_openai_defaults(client: AsyncClient, engine: FakeEngine) -> None:
     user = [{"role": "user", "content": "hi"}]
     assert (await post_json(client, "/v1/chat/completions", {"messages": user})).status_code == 200
@@ -90,6 +94,7 @@ async def test_global_defaults_then_openai_defaults(client: AsyncClient, engine:
     assert (params.temperature, params.top_p, params.max_tokens) == (0.2, 0.5, 3)
 
 
+@pytest.mark.database
 async def test_invalid_console_default_is_skipped(client: AsyncClient, engine: FakeEngine) -> None:
     # The console allows top_p 0; the API does not, and a bad default must not fail every request.
     await ModelRegistration.objects.acreate(
@@ -100,6 +105,7 @@ async def test_invalid_console_default_is_skipped(client: AsyncClient, engine: F
     assert (last_params(engine).top_p, last_params(engine).temperature) == (1.0, 0.4)
 
 
+@pytest.mark.database
 async def test_system_prompt_prepended_only_when_absent(
     client: AsyncClient, engine: FakeEngine, registered: ModelRegistration
 ) -> None:
@@ -114,12 +120,14 @@ async def test_system_prompt_prepended_only_when_absent(
     assert SYSTEM not in last_prompt(engine)
 
 
+@pytest.mark.database
 async def test_no_system_prompt_for_unregistered_model(client: AsyncClient, engine: FakeEngine) -> None:
     body = {"messages": [{"role": "user", "content": "hi"}]}
     assert (await post_json(client, "/v1/chat/completions", body)).status_code == 200
     assert last_prompt(engine).startswith("<|user|> hi")
 
 
+@pytest.mark.database
 async def test_log_prompts_follows_console_setting(client: AsyncClient, settings: Any) -> None:
     # The process setting stands in only while no row is saved; the console's row decides once it is.
     settings.MOONCAKE_API_LOG_PROMPTS = True

@@ -19,6 +19,7 @@ def last_prompt(engine: FakeEngine) -> str:
     return prompt if isinstance(prompt, str) else engine.tokenizer.decode(prompt)
 
 
+@pytest.mark.database
 async def test_chat_completion_shape(client: AsyncClient, engine: FakeEngine) -> None:
     body = {
         "messages": USER,
@@ -46,12 +47,14 @@ async def test_chat_completion_shape(client: AsyncClient, engine: FakeEngine) ->
     assert data["usage"]["total_tokens"] == data["usage"]["prompt_tokens"] + 15
 
 
+@pytest.mark.database
 async def test_chat_default_max_tokens_is_rest_of_context(client: AsyncClient, engine: FakeEngine) -> None:
     await post_json(client, "/v1/chat/completions", {"messages": USER})
     prompt, params, _ = engine.calls[-1]
     assert params.max_tokens == engine.max_model_len - len(prompt)
 
 
+@pytest.mark.database
 async def test_length_finish(client: AsyncClient) -> None:
     data = (await post_json(client, "/v1/completions", {"prompt": "a", "max_tokens": 2})).json()
     assert data["choices"][0] == {
@@ -63,11 +66,13 @@ async def test_length_finish(client: AsyncClient) -> None:
     assert data["object"] == "text_completion"
 
 
+@pytest.mark.database
 async def test_completion_default_max_tokens_is_16(client: AsyncClient, engine: FakeEngine) -> None:
     await post_json(client, "/v1/completions", {"prompt": "a"})
     assert engine.calls[-1][1].max_tokens == 16
 
 
+@pytest.mark.database
 async def test_completion_prompt_forms_and_echo(client: AsyncClient, engine: FakeEngine) -> None:
     ids = engine.tokenizer.encode("one two")
     for prompt, n_prompts in (("one two", 1), (["one", "two"], 2), (ids, 1), ([ids, ids], 2)):
@@ -78,6 +83,7 @@ async def test_completion_prompt_forms_and_echo(client: AsyncClient, engine: Fak
     assert data["choices"][0]["text"] == "one twoHello "  # echo + completion, verbatim
 
 
+@pytest.mark.database
 async def test_chat_streaming_framing(client: AsyncClient) -> None:
     body = {"messages": USER, "stream": True, "n": 2, "stream_options": {"include_usage": True}}
     response = await post_json(client, "/v1/chat/completions", body)
@@ -94,6 +100,7 @@ async def test_chat_streaming_framing(client: AsyncClient) -> None:
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 16
 
 
+@pytest.mark.database
 async def test_completion_streaming_without_usage(client: AsyncClient) -> None:
     response = await post_json(client, "/v1/completions", {"prompt": "a", "stream": True, "max_tokens": 3})
     events = await sse_events(response)
@@ -119,6 +126,7 @@ async def test_tokenize_and_detokenize(client: AsyncClient) -> None:
     assert both.status_code == 400
 
 
+@pytest.mark.database
 async def test_tools_auto_parses_tool_call_markup(client: AsyncClient, engine: FakeEngine) -> None:
     engine.script = 'Sure. <tool_call> {"name": "get_weather", "arguments": {"city": "Paris"}} </tool_call>'
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
@@ -132,6 +140,7 @@ async def test_tools_auto_parses_tool_call_markup(client: AsyncClient, engine: F
     assert "<|tools|>" in prompt  # the fake's template renders tools itself
 
 
+@pytest.mark.database
 async def test_assistant_tool_calls_and_tool_results_render(client: AsyncClient, engine: FakeEngine) -> None:
     messages = [
         *USER,

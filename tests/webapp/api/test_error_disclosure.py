@@ -15,7 +15,7 @@ from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine
 from webapp.core.request_id import HEADER
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 SECRET = "CUDA error: device-side assert at /opt/secret/model.bin"
 

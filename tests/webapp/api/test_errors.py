@@ -9,7 +9,7 @@ from tests.webapp.api.conftest import post_json
 from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 async def test_unknown_model_is_404(client: AsyncClient) -> None:

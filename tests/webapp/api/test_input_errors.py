@@ -54,6 +54,7 @@ async def test_lone_surrogate_is_400(
     assert engine.calls == []
 
 
+@pytest.mark.database
 async def test_model_name_with_lone_surrogate_keeps_its_log_row(client: AsyncClient) -> None:
     body = {"model": "x" + LONE, "prompt": "hi"}
     error = assert_openai_error(await post_json(client, "/v1/completions", body), 404, "not_found_error")
@@ -93,6 +94,7 @@ async def test_more_sequences_than_the_cap_is_400_before_tokenizing(
     assert "Retry-After" not in response
 
 
+@pytest.mark.database
 async def test_sequence_cap_edge_is_served(client: AsyncClient) -> None:
     for body in ({"prompt": ["a"] * 256, "max_tokens": 1}, {"prompt": ["a"] * 4, "n": 64, "max_tokens": 1}):
         response = await post_json(client, "/v1/completions", body)
@@ -100,6 +102,7 @@ async def test_sequence_cap_edge_is_served(client: AsyncClient) -> None:
         assert len(response.json()["choices"]) == 256
 
 
+@pytest.mark.database
 async def test_more_prompts_than_the_engine_queue_is_400_before_tokenizing(
     client: AsyncClient, engine: FakeEngine, no_tokenizing: None
 ) -> None:
@@ -110,6 +113,7 @@ async def test_more_prompts_than_the_engine_queue_is_400_before_tokenizing(
     assert "Retry-After" not in response and engine.calls == []
 
 
+@pytest.mark.database
 async def test_prompts_that_fit_the_engine_queue_are_served(client: AsyncClient, engine: FakeEngine) -> None:
     engine.max_queue_len = 4
     response = await post_json(client, "/v1/completions", {"prompt": ["a"] * 4, "n": 3, "max_tokens": 1})
@@ -161,6 +165,7 @@ async def test_non_json_body_is_json_415(client: AsyncClient, content_type: str)
         assert error["code"] == "unsupported_media_type"
 
 
+@pytest.mark.database
 async def test_body_over_the_upload_limit_is_json_413(client: AsyncClient, settings: Any) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     response = await post_json(client, "/v1/completions", {"prompt": "a " * 1000})

@@ -91,6 +91,7 @@ async def refused(client: AsyncClient, body: dict[str, Any], param: str, words: 
 # ---- counts -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.database
 async def test_messages_up_to_the_limit(client: AsyncClient, engine: FakeEngine) -> None:
     engine.max_model_len = 100_000
     at_limit = [{"role": "user", "content": "hi"}] * MAX_MESSAGES
@@ -100,6 +101,7 @@ async def test_messages_up_to_the_limit(client: AsyncClient, engine: FakeEngine)
     await refused(client, {"messages": over}, "messages", f"at most {MAX_MESSAGES}")
 
 
+@pytest.mark.database
 async def test_tools_up_to_the_limit(client: AsyncClient) -> None:
     tools = [tool(f"f{i}", {"type": "object"}) for i in range(MAX_TOOLS)]
     response = await post_json(client, CHAT, {"messages": USER, "tools": tools, "max_tokens": 2})
@@ -108,6 +110,7 @@ async def test_tools_up_to_the_limit(client: AsyncClient) -> None:
     await refused(client, over, "tools", f"at most {MAX_TOOLS}")
 
 
+@pytest.mark.database
 async def test_tool_choice_required_over_many_tools_compiles(client: AsyncClient, engine: FakeEngine) -> None:
     tools = [
         tool(f"f{i}", {"type": "object", "properties": {"x": {"type": "integer"}}}) for i in range(MAX_TOOLS)
@@ -118,6 +121,7 @@ async def test_tool_choice_required_over_many_tools_compiles(client: AsyncClient
 # ---- JSON schema size, depth and regexes --------------------------------------------------------------
 
 
+@pytest.mark.database
 async def test_schema_size_limit(client: AsyncClient, engine: FakeEngine) -> None:
     at_limit = sized(MAX_JSON_SCHEMA_BYTES)
     assert compact_size(at_limit) == MAX_JSON_SCHEMA_BYTES
@@ -139,6 +143,7 @@ async def test_schema_size_counts_utf8_bytes(client: AsyncClient) -> None:
     await refused(client, body, "response_format.json_schema.schema", "bytes")
 
 
+@pytest.mark.database
 async def test_schema_depth_limit(client: AsyncClient, engine: FakeEngine) -> None:
     at_limit = {"type": "array", "items": {"enum": [[[[0]]]]}}
     while depth_of(at_limit) < MAX_JSON_SCHEMA_DEPTH:
@@ -155,6 +160,7 @@ async def test_schema_depth_limit(client: AsyncClient, engine: FakeEngine) -> No
     await refused(client, body, "tools.1.function.parameters", "levels deep")
 
 
+@pytest.mark.database
 async def test_schema_regex_limit(client: AsyncClient, engine: FakeEngine) -> None:
     def properties(n: int) -> dict[str, Any]:
         return {
@@ -200,6 +206,7 @@ EXPLOSIVE: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.mark.database
 @pytest.mark.parametrize("name", sorted(EXPLOSIVE))
 async def test_pathological_schema_is_a_quick_400(client: AsyncClient, name: str) -> None:
     schema = EXPLOSIVE[name]
@@ -216,6 +223,7 @@ async def test_pathological_schema_is_a_quick_400(client: AsyncClient, name: str
     assert len(error["message"]) < 400  # llguidance's expanded regexes are cut short
 
 
+@pytest.mark.database
 async def test_pathological_tool_schema_names_tools(client: AsyncClient) -> None:
     body = {
         "messages": USER,
@@ -232,6 +240,7 @@ async def test_huge_enum_is_refused_by_size(client: AsyncClient) -> None:
     await refused(client, body, "response_format.json_schema.schema", "bytes")
 
 
+@pytest.mark.database
 async def test_large_enum_within_the_size_limit_compiles(client: AsyncClient, engine: FakeEngine) -> None:
     schema = {"enum": [f"v{i}" for i in range(5_000)]}
     assert compact_size(schema) <= MAX_JSON_SCHEMA_BYTES
@@ -254,6 +263,7 @@ def anyof_chain(levels: int, *, shared: bool) -> dict[str, Any]:
     return {"$defs": {**defs, f"d{levels}": {"type": "string"}}, "$ref": "#/$defs/d0"}
 
 
+@pytest.mark.database
 async def test_deeply_nested_anyof(client: AsyncClient, engine: FakeEngine) -> None:
     # Inline, each level doubles the JSON as well: depth and size refuse it before any compile.
     inline = {"messages": USER, "response_format": response_format(anyof_chain(12, shared=False))}

@@ -13,7 +13,7 @@ from tests.webapp.api.conftest import post_json
 from tests.webapp.api.test_validation import USER
 from tests.webapp.fake_engine import FakeEngine
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 class Notices:

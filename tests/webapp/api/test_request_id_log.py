@@ -11,7 +11,7 @@ from tests.webapp.api.test_validation import USER
 from webapp.api.models import RequestLog
 from webapp.core.request_id import HEADER
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -32,6 +32,7 @@ def _tokens(user: User) -> int:
     return sum(row.total_tokens for row in DailyUsage.objects.filter(user=user))
 
 
+@pytest.mark.database
 def test_old_rows_go_in_batches_and_the_daily_totals_stay(monkeypatch: Any) -> None:
     user = User.objects.create_user("counted")
     for age in (40, 35, 31, 5, 0.1):
@@ -45,6 +46,7 @@ def test_old_rows_go_in_batches_and_the_daily_totals_stay(monkeypatch: Any) -> N
     assert tasks.request_log_prune(keep_days=30) == 0
 
 
+@pytest.mark.database
 def test_the_periodic_job_uses_the_setting_and_is_scheduled(settings: Any) -> None:
     user = User.objects.create_user("scheduled")
     _request(user, tokens=1, age_days=3)

@@ -24,6 +24,7 @@ def _cut_error(frame: bytes) -> dict[str, Any]:
     return error
 
 
+@pytest.mark.database
 async def test_cut_ends_a_running_stream_with_an_error_event_and_aborts_it(
     manager: Any, auth_off: None, engine: FakeEngine
 ) -> None:

@@ -25,7 +25,7 @@ from webapp.core.generation import GenerationRun
 from webapp.core.limits import RateLimiter
 from webapp.core.streams import Generation
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 async def run_asgi_until_disconnect(body: bytes, *, disconnect_after_chunks: int) -> list[dict[str, Any]]:

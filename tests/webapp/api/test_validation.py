@@ -60,6 +60,7 @@ async def test_chat_bad_fields_are_400(client: AsyncClient, body: dict[str, Any]
         assert (error["param"] or "").startswith(param)
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     "body",
     [
@@ -84,6 +85,7 @@ async def test_malformed_json_is_400(client: AsyncClient, raw: str) -> None:
         assert_openai_error(await post_json(client, url, raw), 400, "invalid_request_error")
 
 
+@pytest.mark.database
 async def test_prompt_longer_than_context_is_400(client: AsyncClient, engine: FakeEngine) -> None:
     engine.max_model_len = 8
     long = " ".join(f"w{i}" for i in range(20))
@@ -93,6 +95,7 @@ async def test_prompt_longer_than_context_is_400(client: AsyncClient, engine: Fa
     assert error["code"] == "context_length_exceeded"
 
 
+@pytest.mark.database
 async def test_prompt_plus_max_tokens_over_context_is_400(client: AsyncClient, engine: FakeEngine) -> None:
     engine.max_model_len = 16
     body = {"prompt": "a b c", "max_tokens": 14}
@@ -104,6 +107,7 @@ async def test_prompt_plus_max_tokens_over_context_is_400(client: AsyncClient, e
     assert_openai_error(await post_json(client, "/v1/chat/completions", chat), 400, "invalid_request_error")
 
 
+@pytest.mark.database
 async def test_out_of_vocab_token_ids_are_400(client: AsyncClient) -> None:
     for prompt in ([10**6], [[1, 2], [-1]]):
         error = assert_openai_error(
@@ -117,12 +121,14 @@ async def test_out_of_vocab_token_ids_are_400(client: AsyncClient) -> None:
     )
 
 
+@pytest.mark.database
 async def test_image_parts_are_400(client: AsyncClient) -> None:
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]
     body = {"messages": messages}
     assert_openai_error(await post_json(client, "/v1/chat/completions", body), 400, "invalid_request_error")
 
 
+@pytest.mark.database
 async def test_unsupported_json_schema_is_400(client: AsyncClient) -> None:
     body = {
         "messages": USER,
@@ -131,6 +137,7 @@ async def test_unsupported_json_schema_is_400(client: AsyncClient) -> None:
     assert_openai_error(await post_json(client, "/v1/chat/completions", body), 400, "invalid_request_error")
 
 
+@pytest.mark.database
 async def test_unknown_fields_and_user_are_accepted(client: AsyncClient) -> None:
     body = {"messages": USER, "user": "someone", "some_future_field": 1, "max_tokens": 2}
     response = await post_json(client, "/v1/chat/completions", body)

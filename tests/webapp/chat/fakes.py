@@ -16,6 +16,8 @@ class FakeEngine:
     reply: str = "Hello there! Here is **bold** and <script>alert(1)</script> text."
     title: str = '"Fake Chat Title"'
     delay: float = 0.0
+    # Set: replies (not titles) stop before their last piece until the test sets the event.
+    hold: asyncio.Event | None = None
     model_name: str = "fake-model"
     max_model_len: int = 4096
     fail_with: BaseException | None = None
@@ -50,6 +52,8 @@ class FakeEngine:
                 if self.fail_after is not None and i == self.fail_after and not is_title:
                     raise self.fail_with or RuntimeError("boom")
                 await asyncio.sleep(self.delay)
+                if self.hold is not None and not is_title and i == min(limit, len(pieces)) - 1:
+                    await self.hold.wait()
                 out += piece
                 ids.append(i)
                 last = done = i == min(limit, len(pieces)) - 1

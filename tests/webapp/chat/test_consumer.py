@@ -15,7 +15,7 @@ from webapp.chat import services
 from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation, Message
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation, Message
 from webapp.core.errors import InvalidRequest, MooncakeError, RateLimited
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
@@ -69,13 +69,14 @@ async def test_concurrency_slot_is_released_when_a_reply_finishes(
     fake_engine: FakeEngine, alice: User, chat: Conversation, other_chat: Conversation
 ) -> None:
     await sync_to_async(_limit)(alice, max_concurrent_requests=1)
-    fake_engine.delay = 0.02
+    fake_engine.hold = asyncio.Event()  # the first reply runs until the second send has been refused
     replies = chat_replies()
     await replies.send(conversation=chat, content="first")
     # While the reply runs, the user's one slot is taken, in any of their chats.
     with pytest.raises(RateLimited) as caught:
         await replies.send(conversation=other_chat, content="meanwhile")
     assert caught.value.code == "concurrent_requests"
+    fake_engine.hold.set()
     await replies.wait_idle()
     await replies.send(conversation=other_chat, content="after")
     await replies.wait_idle()

@@ -168,6 +168,7 @@ def test_prerendered_body_gives_the_same_fragment() -> None:
     assert events.message_html(message, body) == events.message_html(message)
 
 
+@pytest.mark.database
 @pytest.mark.django_db(transaction=True)
 async def test_streaming_updates_use_the_incremental_renderer(
     monkeypatch: pytest.MonkeyPatch, fake_engine: FakeEngine

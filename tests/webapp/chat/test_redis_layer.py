@@ -33,6 +33,7 @@ async def test_groups_reach_across_layer_instances(redis_channel_layer: Any, red
     await other_replica.flush()
 
 
+@pytest.mark.database
 async def test_two_sockets_share_the_stream_and_stop(
     redis_channel_layer: Any, fake_engine: FakeEngine
 ) -> None:

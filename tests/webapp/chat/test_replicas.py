@@ -22,7 +22,7 @@ from webapp.chat.generation import ChatReplies, chat_replies
 from webapp.chat.models import Conversation, Message
 from webapp.core.errors import Conflict
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(params=["memory", "redis"])

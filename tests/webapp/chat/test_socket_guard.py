@@ -34,6 +34,7 @@ def queries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield seen
 
 
+@pytest.mark.database
 async def test_flood_is_refused_without_db_work_then_closed(
     monkeypatch: pytest.MonkeyPatch, queries: list[str], alice: User, chat: Conversation
 ) -> None:
@@ -63,6 +64,7 @@ def test_token_bucket_refills() -> None:
     assert bucket.take(10.0) and bucket.take(10.0) and not bucket.take(10.0)  # never above the burst
 
 
+@pytest.mark.database
 async def test_malformed_frames_are_errors_and_the_socket_stays_open(
     monkeypatch: pytest.MonkeyPatch, fake_engine: FakeEngine, alice: User, chat: Conversation
 ) -> None:
@@ -88,6 +90,7 @@ async def test_malformed_frames_are_errors_and_the_socket_stays_open(
     await ws.disconnect()
 
 
+@pytest.mark.database
 @pytest.mark.parametrize("change", ["deactivate", "password"])
 async def test_revoked_login_closes_the_socket(
     monkeypatch: pytest.MonkeyPatch, change: str, alice: User, chat: Conversation
@@ -105,6 +108,7 @@ async def test_revoked_login_closes_the_socket(
     await ws.disconnect()
 
 
+@pytest.mark.database
 async def test_watching_socket_is_closed_when_the_user_is_deactivated(
     monkeypatch: pytest.MonkeyPatch, alice: User, chat: Conversation
 ) -> None:
@@ -116,6 +120,7 @@ async def test_watching_socket_is_closed_when_the_user_is_deactivated(
     await ws.disconnect()
 
 
+@pytest.mark.database
 async def test_revalidation_is_throttled(queries: list[str], alice: User, chat: Conversation) -> None:
     ws = await connected(alice, chat.pk)
     await User.objects.filter(pk=alice.pk).aupdate(is_active=False)
@@ -125,6 +130,7 @@ async def test_revalidation_is_throttled(queries: list[str], alice: User, chat: 
     await ws.disconnect()
 
 
+@pytest.mark.database
 @pytest.mark.parametrize("action", ["send", "edit"])
 async def test_huge_message_is_refused_before_any_tokenizer_work(
     monkeypatch: pytest.MonkeyPatch, action: str, fake_engine: FakeEngine, chat: Conversation

@@ -35,6 +35,7 @@ def test_check_import_size() -> None:
         transfer.check_import_size(transfer.MAX_IMPORT_BYTES + 1)
 
 
+@pytest.mark.database
 def test_oversized_import_is_refused_unread(
     client: Client, alice: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -55,6 +55,7 @@ def test_provisional_title() -> None:
     assert services.provisional_title("x" * 100).endswith("…")
 
 
+@pytest.mark.database
 @override_settings(MOONCAKE_CHAT_DEFAULTS={"temperature": 0.1, "max_tokens": 99, "bogus": 1})
 @pytest.mark.django_db
 def test_defaults_from_settings_seed_new_chats() -> None:
@@ -64,6 +65,7 @@ def test_defaults_from_settings_seed_new_chats() -> None:
     assert selectors.chat_defaults().temperature == 0.1
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_console_defaults_win() -> None:
     from webapp.core.models import EngineSettings
@@ -73,6 +75,7 @@ def test_console_defaults_win() -> None:
     assert (chat.temperature, chat.max_tokens, chat.top_p) == (0.25, 77, 1.0)
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_generated_title_never_overwrites_a_rename() -> None:
     user = User.objects.create_user("u")
@@ -84,6 +87,7 @@ def test_generated_title_never_overwrites_a_rename() -> None:
     assert chat.title == "Mine"
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_message_rules() -> None:
     user = User.objects.create_user("u")

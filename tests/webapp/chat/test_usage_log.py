@@ -29,7 +29,7 @@ from webapp.core.models import EngineSettings
 if TYPE_CHECKING:
     from webapp.core.runtime import Runtime
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 async def _reply(chat: Conversation) -> Message:

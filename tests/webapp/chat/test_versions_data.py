@@ -40,6 +40,7 @@ def _contents(chat: Conversation) -> list[str]:
     return [m.content for m in selectors.active_path(conversation=chat)]
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_export_import_keeps_the_tree_and_the_thread_on_screen(alice: User, chat: Conversation) -> None:
     _tree(chat)
@@ -74,6 +75,7 @@ def test_export_import_keeps_the_tree_and_the_thread_on_screen(alice: User, chat
     assert _contents(copy) == ["Q2", "B"]
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_old_linear_exports_still_import(alice: User) -> None:
     raw = {
@@ -138,6 +140,7 @@ def test_bad_trees_are_refused_and_nothing_is_created(alice: User, raw: bytes, r
     assert not Conversation.objects.exists() and not Message.objects.exists()
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_bad_tree_upload_shows_the_reason(client: Client, alice: User) -> None:
     client.force_login(alice)
@@ -147,6 +150,7 @@ def test_bad_tree_upload_shows_the_reason(client: Client, alice: User) -> None:
     assert not Conversation.objects.filter(messages__isnull=False).exists()
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_model_picker(client: Client, alice: User, chat: Conversation, fake_engine: FakeEngine) -> None:
     client.force_login(alice)
@@ -187,6 +191,7 @@ def test_picker_orders_loaded_models_first(monkeypatch: pytest.MonkeyPatch) -> N
     ]
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_each_message_shows_its_time_model_and_settings(
     client: Client, alice: User, chat: Conversation
@@ -235,6 +240,7 @@ def test_continuation_prompt_falls_back_to_the_generation_prompt_and_the_text() 
     assert "".join(map(chr, ids)) == "[USER]Hi[end]\n[assistant]Once"
 
 
+@pytest.mark.database
 @pytest.mark.django_db(transaction=True)
 def test_migration_links_old_chats_into_one_line() -> None:
     executor = MigrationExecutor(connection)

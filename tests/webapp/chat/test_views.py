@@ -55,6 +55,7 @@ def test_login_required(client: Client) -> None:
     assert response.status_code == 302 and "login" in response["Location"]
 
 
+@pytest.mark.database
 def test_index_only_reads(client: Client, alice: User) -> None:
     start = client.get(reverse("chat:index"))
     assert start.status_code == 200 and not Conversation.objects.exists()
@@ -67,6 +68,7 @@ def test_index_only_reads(client: Client, alice: User) -> None:
     assert Conversation.objects.filter(user=alice).count() == 1
 
 
+@pytest.mark.database
 def test_detail_renders_markdown_safely(client: Client, chat: Conversation, fake_engine: FakeEngine) -> None:
     html = client.get(reverse("chat:detail", args=[chat.pk])).content.decode()
     assert "<strong>4</strong>" in html
@@ -78,6 +80,7 @@ def test_detail_renders_markdown_safely(client: Client, chat: Conversation, fake
     assert "fake-model · loaded" in html  # The model switcher lists the manager's models.
 
 
+@pytest.mark.database
 def test_detail_shows_replies_left_streaming_as_stopped(client: Client, chat: Conversation) -> None:
     orphan = Message.objects.create(conversation=chat, role="assistant", status="streaming", content="half")
     html = client.get(reverse("chat:detail", args=[chat.pk])).content.decode()
@@ -86,6 +89,7 @@ def test_detail_shows_replies_left_streaming_as_stopped(client: Client, chat: Co
     assert orphan.status == "streaming"  # a GET only reads
 
 
+@pytest.mark.database
 def test_list_search_and_pagination(client: Client, alice: User) -> None:
     for i in range(35):
         c = services.conversation_create(user=alice)
@@ -105,6 +109,7 @@ def test_list_search_and_pagination(client: Client, alice: User) -> None:
     assert "No chats match" in none
 
 
+@pytest.mark.database
 def test_rename(client: Client, chat: Conversation) -> None:
     url = reverse("chat:rename", args=[chat.pk])
     response = client.post(url, {"title": "  Maths  homework "}, headers=HTMX)
@@ -114,6 +119,7 @@ def test_rename(client: Client, chat: Conversation) -> None:
     assert client.post(url, {"title": " "}, headers=HTMX).status_code == 400
 
 
+@pytest.mark.database
 def test_rename_without_the_script_returns_to_the_chat(client: Client, chat: Conversation) -> None:
     url = reverse("chat:rename", args=[chat.pk])
     response = client.post(url, {"title": "Plain form"})
@@ -124,6 +130,7 @@ def test_rename_without_the_script_returns_to_the_chat(client: Client, chat: Con
     assert "The title cannot be blank." in refused.content.decode()
 
 
+@pytest.mark.database
 def test_delete(client: Client, chat: Conversation) -> None:
     url = reverse("chat:detail", args=[chat.pk])
     response = client.post(
@@ -135,11 +142,13 @@ def test_delete(client: Client, chat: Conversation) -> None:
     assert not Message.objects.exists()
 
 
+@pytest.mark.database
 def test_delete_from_sidebar_stays(client: Client, chat: Conversation) -> None:
     response = client.post(reverse("chat:delete", args=[chat.pk]), headers={"HX-Request": "true"})
     assert response.status_code == 200 and "HX-Redirect" not in response
 
 
+@pytest.mark.database
 def test_settings(client: Client, chat: Conversation, fake_engine: FakeEngine) -> None:
     url = reverse("chat:settings", args=[chat.pk])
     data = {
@@ -164,6 +173,7 @@ def test_settings(client: Client, chat: Conversation, fake_engine: FakeEngine) -
     assert 'value="5"' in bad.content.decode()
 
 
+@pytest.mark.database
 def test_export_and_import_round_trip(client: Client, chat: Conversation, alice: User) -> None:
     exported = client.get(reverse("chat:export_json", args=[chat.pk]))
     assert exported["Content-Disposition"].endswith('.json"')
@@ -180,6 +190,7 @@ def test_export_and_import_round_trip(client: Client, chat: Conversation, alice:
     ]
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
@@ -195,6 +206,7 @@ def test_import_rejects_bad_files(client: Client, alice: User, body: bytes, reas
     assert not Message.objects.exists()
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("name", "method"),
     [
@@ -217,12 +229,14 @@ def test_other_users_chat_is_404(
     assert bobs_chat.title == "Bob's secret"
 
 
+@pytest.mark.database
 def test_other_users_chats_never_listed(client: Client, alice: User, bobs_chat: Conversation) -> None:
     assert "Bob" not in client.get(reverse("chat:list"), {"q": "bob"}).content.decode()
     page = client.post(reverse("chat:new"), follow=True).content.decode()
     assert "Bob&#x27;s secret" not in page and "bob private text" not in page
 
 
+@pytest.mark.database
 def test_rename_refuses_a_blank_title_with_a_message(client: Client, chat: Conversation) -> None:
     services.conversation_rename(conversation=chat, title="Kept")
     response = client.post(reverse("chat:rename", args=[chat.pk]), {"title": "   "}, headers=HTMX)
@@ -235,6 +249,7 @@ def test_rename_refuses_a_blank_title_with_a_message(client: Client, chat: Conve
     assert chat.title == "Kept"
 
 
+@pytest.mark.database
 def test_rename_tells_every_open_tab(
     client: Client, chat: Conversation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,6 +263,7 @@ def test_rename_tells_every_open_tab(
     assert sent == [(chat.pk, ({"type": "title", "title": "Trip plans"},))]
 
 
+@pytest.mark.database
 def test_settings_errors_are_shown_by_their_fields(client: Client, chat: Conversation) -> None:
     url = reverse("chat:settings", args=[chat.pk])
     data = {"model": "", "system_prompt": "", "temperature": "", "top_p": "0.9", "max_tokens": "64"}

@@ -84,6 +84,7 @@ def test_csrf_is_enforced_on_every_post(name: str, staff: User, manager: Any) ->
     assert b"CSRF" in response.content
 
 
+@pytest.mark.database
 def test_post_with_a_csrf_token_passes(staff: User, manager: Any) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(staff)
@@ -93,6 +94,7 @@ def test_post_with_a_csrf_token_passes(staff: User, manager: Any) -> None:
     assert response.status_code in (200, 302)
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     "name",
     [

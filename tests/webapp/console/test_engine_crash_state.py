@@ -17,6 +17,8 @@ from inference import AsyncEngine, EngineConfig, EngineDeadError, ModelManager, 
 from tests.inference.fakes import fake_engine
 from webapp.core.runtime import get_runtime
 
+pytestmark = pytest.mark.database
+
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 
 

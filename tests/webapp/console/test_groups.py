@@ -23,6 +23,7 @@ def _create(client: Client, name: str = "research") -> Group:
     return Group.objects.get(name=name)
 
 
+@pytest.mark.database
 def test_create_rename_and_delete_are_audited(staff_client: Client) -> None:
     group = _create(staff_client)
     assert GroupPolicy.objects.get(group=group).description == "R&D"
@@ -36,6 +37,7 @@ def test_create_rename_and_delete_are_audited(staff_client: Client) -> None:
     assert actions == ["group.create", "group.rename", "group.delete"]
 
 
+@pytest.mark.database
 def test_bad_names_are_refused_inline(staff_client: Client) -> None:
     _create(staff_client, "sales")
     response = staff_client.post("/console/groups/", {"name": "SALES"})
@@ -49,6 +51,7 @@ def test_bad_names_are_refused_inline(staff_client: Client) -> None:
     assert Group.objects.get(pk=other.pk).name == "ops" and group.name == "sales"
 
 
+@pytest.mark.database
 def test_members_join_and_leave(staff_client: Client, plain: User) -> None:
     group = _create(staff_client)
     url = f"/console/groups/{group.pk}/members/"
@@ -66,6 +69,7 @@ def test_members_join_and_leave(staff_client: Client, plain: User) -> None:
     assert staff_client.post(f"/console/groups/{group.pk}/members/{stranger.pk}/remove/").status_code == 404
 
 
+@pytest.mark.database
 def test_policy_is_validated_and_saved(staff_client: Client) -> None:
     group = _create(staff_client)
     url = f"/console/groups/{group.pk}/policy/"
@@ -80,6 +84,7 @@ def test_policy_is_validated_and_saved(staff_client: Client) -> None:
     assert audit.before["daily_token_quota"] is None and audit.after["daily_token_quota"] == 1000
 
 
+@pytest.mark.database
 def test_model_access_restricts_and_opens_again(staff_client: Client, manager: Any, plain: User) -> None:
     group = _create(staff_client)
     row = ModelRegistration.objects.create(name="base", source="default")

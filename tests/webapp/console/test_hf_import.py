@@ -28,6 +28,7 @@ def test_bad_repo_ids(repo_id: str) -> None:
         validate_repo_id(repo_id)
 
 
+@pytest.mark.database
 def test_offline_import_fails_with_a_clear_message(staff_client: Client, manager: Any, offline: None) -> None:
     response = staff_client.post(reverse("console:model-import"), {"repo_id": "HuggingFaceTB/SmolLM2-135M"})
     assert response.status_code == 302 and response["Location"] == reverse("console:jobs")
@@ -45,6 +46,7 @@ def test_offline_import_fails_with_a_clear_message(staff_client: Client, manager
     assert "Could not reach the Hugging Face Hub" in page and 'data-state="failed"' in page
 
 
+@pytest.mark.database
 def test_hub_offline_mode_also_fails_cleanly(db: None, model_root: Any, monkeypatch: Any) -> None:
     import huggingface_hub.constants
 
@@ -61,6 +63,7 @@ def test_invalid_repo_id_is_refused_before_queueing(staff_client: Client, manage
     assert not ConsoleJob.objects.exists()
 
 
+@pytest.mark.database
 def test_import_reports_progress_and_registers(
     db: None, model_root: Path, manager: Any, monkeypatch: Any
 ) -> None:
@@ -97,6 +100,7 @@ def test_import_reports_progress_and_registers(
     assert "tiny-model" in {i.name for i in manager.list()}
 
 
+@pytest.mark.database
 def test_repo_without_safetensors_is_refused(db: None, model_root: Path, monkeypatch: Any) -> None:
     import huggingface_hub
 

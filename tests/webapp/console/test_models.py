@@ -29,6 +29,7 @@ def state(manager: ModelManager, name: str) -> str:
     return next(i.state for i in manager.list() if i.name == name)
 
 
+@pytest.mark.database
 def test_table_lists_the_manager_models(staff_client: Client, manager: ModelManager) -> None:
     manager.load("base")
     sync_manager()  # as the server does on start
@@ -48,6 +49,7 @@ def test_table_lists_the_manager_models(staff_client: Client, manager: ModelMana
     assert ModelRegistration.objects.get(name="base").builtin
 
 
+@pytest.mark.database
 def test_register_from_disk(staff_client: Client, manager: ModelManager, model_root: Path) -> None:
     response = register(staff_client, model_root, "tiny", aliases="small, mini", keep_alive_seconds="60")
     assert response.status_code == 302
@@ -63,6 +65,7 @@ def test_register_from_disk(staff_client: Client, manager: ModelManager, model_r
     )
 
 
+@pytest.mark.database
 def test_a_registered_model_is_confined_to_the_roots_again_at_load(
     staff_client: Client, manager: ModelManager, model_root: Path
 ) -> None:
@@ -73,6 +76,7 @@ def test_a_registered_model_is_confined_to_the_roots_again_at_load(
     assert config.model_roots == (str(model_root),)
 
 
+@pytest.mark.database
 def test_register_refuses_escapes_and_clashes(
     staff_client: Client, manager: ModelManager, model_root: Path, tmp_path: Path
 ) -> None:
@@ -89,6 +93,7 @@ def test_register_refuses_escapes_and_clashes(
     assert not AuditLog.objects.filter(action="model.register").exists()
 
 
+@pytest.mark.database
 def test_load_unload_default_with_live_state(
     staff_client: Client, manager: ModelManager, model_root: Path, engines: list[SizedFakeEngine]
 ) -> None:
@@ -111,6 +116,7 @@ def test_load_unload_default_with_live_state(
     assert actions == ["model.register", "model.load", "model.set_default", "model.unload"]
 
 
+@pytest.mark.database
 def test_busy_table_polls_until_done(staff_client: Client, manager: ModelManager) -> None:
     manager.register("slow", EngineConfig(model="x"))
     gate = threading.Event()
@@ -125,11 +131,13 @@ def test_busy_table_polls_until_done(staff_client: Client, manager: ModelManager
     assert 'hx-trigger="every 1s"' not in staff_client.get(reverse("console:models-table")).content.decode()
 
 
+@pytest.mark.database
 def test_unknown_model_action_is_reported(staff_client: Client, manager: ModelManager) -> None:
     response = staff_client.post(reverse("console:model-load", args=["nope"]), headers={"HX-Request": "true"})
     assert "not a registered model" in response.content.decode()
 
 
+@pytest.mark.database
 def test_failed_load_shows_the_error(staff_client: Client, manager: ModelManager) -> None:
     manager._factory = lambda config: (_ for _ in ()).throw(RuntimeError("weights are corrupt"))
     staff_client.post(reverse("console:model-load", args=["base"]), headers={"HX-Request": "true"})
@@ -138,6 +146,7 @@ def test_failed_load_shows_the_error(staff_client: Client, manager: ModelManager
     assert 'data-state="failed"' in html and "weights are corrupt" in html
 
 
+@pytest.mark.database
 def test_memory_budget_evicts_lru_or_refuses(
     staff_client: Client, manager: ModelManager, model_root: Path
 ) -> None:
@@ -157,6 +166,7 @@ def test_memory_budget_evicts_lru_or_refuses(
     assert "LRU eviction is off" in str(info.error)
 
 
+@pytest.mark.database
 def test_keep_alive_unloads_idle_models(
     staff_client: Client, manager: ModelManager, model_root: Path
 ) -> None:
@@ -168,6 +178,7 @@ def test_keep_alive_unloads_idle_models(
     assert state(manager, "tiny") == "available"
 
 
+@pytest.mark.database
 def test_defaults_save_and_restart_when_needed(
     staff_client: Client, manager: ModelManager, engines: list[SizedFakeEngine]
 ) -> None:
@@ -201,6 +212,7 @@ def test_defaults_save_and_restart_when_needed(
     assert (entry.before or {})["dtype"] == "auto" and (entry.after or {})["dtype"] == "float32"
 
 
+@pytest.mark.database
 def test_quantization_is_per_model_and_restarts_it(
     staff_client: Client,
     manager: ModelManager,
@@ -238,6 +250,7 @@ def test_quantization_is_per_model_and_restarts_it(
     assert "quantization" in response.content.decode() and "q2" in response.content.decode()
 
 
+@pytest.mark.database
 def test_invalid_defaults_are_reported(staff_client: Client, manager: ModelManager) -> None:
     sync_manager()
     row = ModelRegistration.objects.get(name="base")
@@ -250,6 +263,7 @@ def test_invalid_defaults_are_reported(staff_client: Client, manager: ModelManag
     assert not AuditLog.objects.filter(action="model.defaults").exists()
 
 
+@pytest.mark.database
 def test_unregister(staff_client: Client, manager: ModelManager, model_root: Path) -> None:
     register(staff_client, model_root, "tiny")
     row = ModelRegistration.objects.get(name="tiny")
@@ -259,6 +273,7 @@ def test_unregister(staff_client: Client, manager: ModelManager, model_root: Pat
     assert (AuditLog.objects.get(action="model.unregister").before or {})["source"].endswith("tiny")
 
 
+@pytest.mark.database
 def test_registrations_survive_a_new_process(
     staff_client: Client, manager: ModelManager, model_root: Path
 ) -> None:

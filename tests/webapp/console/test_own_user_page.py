@@ -6,6 +6,7 @@ page, keeps them on anyone else's, and the server still refuses a hand-made POST
 
 from __future__ import annotations
 
+import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
@@ -18,6 +19,7 @@ def toggle_url(user: User, field: str) -> str:
     return reverse("console:user-toggle", args=[user.pk, field])
 
 
+@pytest.mark.database
 def test_own_page_hides_deactivate_and_remove_admin(staff_client: Client, staff: User) -> None:
     page = staff_client.get(reverse("console:user", args=[staff.pk])).content.decode()
     assert toggle_url(staff, "active") not in page and ">Deactivate<" not in page
@@ -28,6 +30,7 @@ def test_own_page_hides_deactivate_and_remove_admin(staff_client: Client, staff:
     assert reverse("console:key-create", args=[staff.pk]) in page
 
 
+@pytest.mark.database
 def test_other_admins_page_keeps_both_buttons_for_an_owner(staff_client: Client, staff: User) -> None:
     other = User.objects.create_user("other-admin", password="other-password-1", is_staff=True)
     page = staff_client.get(reverse("console:user", args=[other.pk])).content.decode()
@@ -36,6 +39,7 @@ def test_other_admins_page_keeps_both_buttons_for_an_owner(staff_client: Client,
     assert 'id="own-account-note"' not in page
 
 
+@pytest.mark.database
 def test_plain_users_page_offers_make_admin_to_an_owner_only(staff_client: Client, plain: User) -> None:
     page = staff_client.get(reverse("console:user", args=[plain.pk])).content.decode()
     assert ">Make admin<" in page and ">Deactivate<" in page

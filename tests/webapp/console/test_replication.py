@@ -24,7 +24,7 @@ from webapp.console.startup import take_up_saved_models
 from webapp.core.models import ModelRegistration
 from webapp.core.runtime import Runtime, install_runtime
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
 
 class Replicas:

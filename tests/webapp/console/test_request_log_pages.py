@@ -45,6 +45,7 @@ def get(client: Client, htmx: bool = False, **params: str) -> str:
     return response.content.decode()
 
 
+@pytest.mark.database
 def test_pages_of_fifty_newest_first_without_overlap(staff_client: Client, mixed_rows: None) -> None:
     assert REQUEST_LOG_PAGE_SIZE == 50
     pages = [ids(get(staff_client, page=str(n))) for n in (1, 2, 3)]
@@ -56,6 +57,7 @@ def test_pages_of_fifty_newest_first_without_overlap(staff_client: Client, mixed
     assert "Page 1 of 3 (120 requests)" in first and ids(first) == pages[0]
 
 
+@pytest.mark.database
 def test_source_filter_and_column(staff_client: Client, mixed_rows: None) -> None:
     html = get(staff_client, source="chat")
     assert len(ids(html)) == 40 and "Page 1 of 1" not in html and "40 requests." in html
@@ -64,6 +66,7 @@ def test_source_filter_and_column(staff_client: Client, mixed_rows: None) -> Non
     assert len(ids(get(staff_client, source="api", page="2"))) == 30
 
 
+@pytest.mark.database
 def test_filters_combine_and_page_links_keep_them(staff_client: Client, mixed_rows: None) -> None:
     html = get(staff_client, source="api", status="ok", user="root")
     expected = [i for i in range(120) if i % 3 and i % 2 and i % 10 != 1]
@@ -75,12 +78,14 @@ def test_filters_combine_and_page_links_keep_them(staff_client: Client, mixed_ro
     assert 'href="?source=api&amp;page=1"' in page_two and "Older" not in page_two
 
 
+@pytest.mark.database
 def test_model_and_status_filters(staff_client: Client, mixed_rows: None) -> None:
     assert len(ids(get(staff_client, model="other", page="1"))) == 30
     assert "12 requests." in get(staff_client, status="error")
     assert "12 requests." in get(staff_client, status="429", source="")
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     "params",
     [
@@ -107,6 +112,7 @@ def test_bad_query_values_are_answered_cleanly(
         assert "<th>Source</th>" in html
 
 
+@pytest.mark.database
 def test_an_invalid_filter_is_shown_and_the_others_still_apply(
     staff_client: Client, mixed_rows: None
 ) -> None:
@@ -115,6 +121,7 @@ def test_an_invalid_filter_is_shown_and_the_others_still_apply(
     assert len(ids(html)) == 40  # the source filter still holds
 
 
+@pytest.mark.database
 def test_a_huge_token_filter_matches_nothing(staff_client: Client, mixed_rows: None) -> None:
     html = get(staff_client, min_tokens="99999999999999999999")
     assert ids(html) == [] and "No requests match." in html
@@ -125,6 +132,7 @@ def test_requests_page_is_staff_only(client: Client, plain: User) -> None:
     assert client.get(URL).status_code in (302, 403, 404)
 
 
+@pytest.mark.database
 def test_user_page_usage_includes_chat(staff_client: Client, plain: User) -> None:
     # A chat reply's totals (no key) and an API key's sum into the user's daily usage.
     key = api_key_create(user=plain, name="k").api_key

@@ -35,6 +35,7 @@ def rows(client: Client, **params: str) -> int:
     return html.count("<tr class=")
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("params", "count"),
     [
@@ -58,6 +59,7 @@ def test_filters(staff_client: Client, log_rows: None, params: dict[str, str], c
     assert rows(staff_client, **params) == count
 
 
+@pytest.mark.database
 def test_prompt_text_only_when_enabled(staff_client: Client, log_rows: None) -> None:
     page = staff_client.get(reverse("console:requests")).content.decode()
     assert "SECRET PROMPT" not in page and "Prompt text is not stored" in page
@@ -112,6 +114,7 @@ def test_quantiles() -> None:
     assert dashboard._quantile(values, 0.95) == pytest.approx(95, abs=1)
 
 
+@pytest.mark.database
 def test_audit_page_filters(staff_client: Client, manager: ModelManager) -> None:
     staff_client.post(reverse("console:model-default", args=["base"]))
     page = staff_client.get(reverse("console:audit"), {"action": "model."}).content.decode()
@@ -122,12 +125,14 @@ def test_audit_page_filters(staff_client: Client, manager: ModelManager) -> None
     )
 
 
+@pytest.mark.database
 def test_history_restore_gets_the_whole_page(staff_client: Client, log_rows: None) -> None:
     headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
     page = staff_client.get(reverse("console:requests"), {"user": "pat"}, headers=headers).content.decode()
     assert "<h1>Request log</h1>" in page and page.count("<tr class=") == 2
 
 
+@pytest.mark.database
 def test_jobs_page_lists_process_jobs(staff_client: Client, manager: ModelManager) -> None:
     staff_client.post(reverse("console:model-load", args=["base"]))
     get_runtime().jobs.wait_all()

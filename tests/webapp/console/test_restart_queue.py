@@ -17,6 +17,8 @@ from tests.inference.fakes import reference_greedy, slow_async_engine
 from tests.webapp.console.test_tuning import VALID
 from webapp.core.runtime import get_runtime
 
+pytestmark = pytest.mark.database
+
 # The first two outlast the tuning POST (about a second of 10 ms steps); the other two wait behind them.
 MAX_TOKENS = [100, 100, 6, 6]
 PROMPTS = [[10 + i, 20, 30 + i] for i in range(4)]

@@ -60,6 +60,7 @@ PAIRS = [
 ACTIONS = ["active", "password", "key-create", "key-revoke", "key-limits", "limits"]
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(("actor_role", "target_role", "allowed"), PAIRS)
 @pytest.mark.parametrize("action", ACTIONS)
 def test_who_may_act_on_whom(actor_role: str, target_role: str, allowed: bool, action: str) -> None:
@@ -126,6 +127,7 @@ def test_an_owner_cannot_unmake_themselves_and_an_owner_stays_an_admin() -> None
     assert response.status_code == 302 and _state(other)[1:3] == (True, True)
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("actor_role", "target_role", "shown", "hidden"),
     [

@@ -21,6 +21,7 @@ def pending(username: str = "waiting") -> User:
     return user
 
 
+@pytest.mark.database
 def test_page_lists_pending_accounts_with_confirmed_reject(staff_client: Client) -> None:
     user = pending()
     page = staff_client.get("/console/accounts/")
@@ -47,6 +48,7 @@ def test_approve_lets_the_user_log_in(staff_client: Client, staff: User) -> None
     assert AuditLog.objects.filter(action__startswith="account.").count() == 1
 
 
+@pytest.mark.database
 def test_reject_keeps_the_account_out(staff_client: Client) -> None:
     user = pending()
     assert staff_client.post(f"/console/accounts/{user.pk}/reject/").status_code == 302
@@ -82,6 +84,7 @@ def test_unknown_ids_and_methods(staff_client: Client, plain: User) -> None:
     assert staff_client.get(f"/console/accounts/{pending().pk}/approve/").status_code == 405
 
 
+@pytest.mark.database
 def test_signup_settings_are_saved_and_audited(staff_client: Client, staff: User) -> None:
     response = staff_client.post(
         "/console/accounts/signup/",
@@ -96,6 +99,7 @@ def test_signup_settings_are_saved_and_audited(staff_client: Client, staff: User
     assert b"example.org\ncorp.example" in staff_client.get("/console/accounts/").content
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("value", "message"),
     [("not a domain", "Not a domain name: not, a, domain"), ("a" * 20001, "at most 20000 characters"),

@@ -3,6 +3,7 @@ never do (they have no side effects on the manager)."""
 
 from __future__ import annotations
 
+import pytest
 from django.test import Client
 
 from inference import ModelManager
@@ -10,6 +11,7 @@ from webapp.core.models import ModelRegistration
 from webapp.core.runtime import Runtime
 
 
+@pytest.mark.database
 def test_start_registers_saved_models_then_loads_the_default(
     manager: ModelManager, runtime: Runtime, transactional_db: None
 ) -> None:
@@ -31,6 +33,7 @@ def test_requests_do_not_register_models(manager: ModelManager, db: None) -> Non
     assert "saved" not in {i.name for i in manager.list()}
 
 
+@pytest.mark.database
 def test_stop_ends_the_reaper_and_unloads(
     manager: ModelManager, runtime: Runtime, transactional_db: None
 ) -> None:

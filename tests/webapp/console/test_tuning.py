@@ -38,6 +38,7 @@ VALID = {
 }
 
 
+@pytest.mark.database
 def test_every_field_is_explained(staff_client: Client, manager: ModelManager) -> None:
     html = staff_client.get(reverse("console:tuning")).content.decode()
     for name, help_text in TUNING_HELP.items():
@@ -45,6 +46,7 @@ def test_every_field_is_explained(staff_client: Client, manager: ModelManager) -
         assert help_text.replace("'", "&#x27;") in html
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -67,6 +69,7 @@ def test_invalid_values_are_refused(
     assert not AuditLog.objects.exists()
 
 
+@pytest.mark.database
 def test_apply_restarts_loaded_engines_and_audits(
     staff_client: Client, manager: ModelManager, engines: list[SizedFakeEngine]
 ) -> None:
@@ -87,6 +90,7 @@ def test_apply_restarts_loaded_engines_and_audits(
     assert (entry.after or {})["default_temperature"] == 0.7
 
 
+@pytest.mark.database
 def test_non_engine_change_does_not_restart(
     staff_client: Client, manager: ModelManager, engines: list[SizedFakeEngine]
 ) -> None:
@@ -101,6 +105,7 @@ def test_non_engine_change_does_not_restart(
     assert AuditLog.objects.filter(action="engine.tune").count() == 2
 
 
+@pytest.mark.database
 def test_unchanged_form_writes_no_audit(staff_client: Client, manager: ModelManager) -> None:
     staff_client.post(reverse("console:tuning"), VALID)
     get_runtime().jobs.wait_all()
@@ -117,6 +122,7 @@ def test_backend_choices_are_the_engines() -> None:
         assert EngineConfig(attention_backend=name).attention_backend == name
 
 
+@pytest.mark.database
 def test_engine_options_offer_mooncake_yaml_value(
     staff_client: Client, manager: ModelManager, settings: Any
 ) -> None:
@@ -130,6 +136,7 @@ def test_engine_options_offer_mooncake_yaml_value(
     assert '<option value="flash_attn">flash_attn</option>' in html
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("field", "posted", "stored", "option"),
     [
@@ -162,6 +169,7 @@ def test_engine_option_saves_audits_and_restarts(
     assert option in response.content.decode()  # the page shows the saved choice
 
 
+@pytest.mark.database
 def test_blank_engine_options_keep_mooncake_yaml(
     staff_client: Client, manager: ModelManager, settings: Any
 ) -> None:
@@ -178,6 +186,7 @@ def test_blank_engine_options_keep_mooncake_yaml(
     assert config.attention_backend == "triton" and config.enforce_eager is True
 
 
+@pytest.mark.database
 def test_set_engine_options_override_mooncake_yaml(db: None, settings: Any) -> None:
     settings.MOONCAKE = {
         **settings.MOONCAKE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
@@ -26,6 +27,7 @@ def memory_and_kv_cells(html: str, name: str) -> list[str]:
     return cells[7:9]  # the Memory and KV tokens columns
 
 
+@pytest.mark.database
 def test_unload_clears_the_memory_and_kv_figures(
     staff_client: Client, manager: ModelManager, engines: list[SizedFakeEngine]
 ) -> None:
@@ -57,6 +59,7 @@ def test_a_reload_still_makes_room_from_the_last_footprint(manager: ModelManager
         raise AssertionError("the load should have been refused")
 
 
+@pytest.mark.database
 def test_available_reads_not_loaded_on_the_models_page(staff_client: Client, manager: ModelManager) -> None:
     sync_manager()
     row = row_of(staff_client.get(reverse("console:models")).content.decode(), "base")
@@ -65,6 +68,7 @@ def test_available_reads_not_loaded_on_the_models_page(staff_client: Client, man
     assert state_label("available") == "not loaded" and state_label("loaded") == "loaded"
 
 
+@pytest.mark.database
 def test_unload_asks_first(staff_client: Client, manager: ModelManager) -> None:
     manager.load("base")
     sync_manager()
@@ -73,6 +77,7 @@ def test_unload_asks_first(staff_client: Client, manager: ModelManager) -> None:
     assert re.search(rf'<button[^>]*hx-post="{unload}"[^>]*hx-confirm="Unload base\?"[^>]*>Unload<', row)
 
 
+@pytest.mark.database
 def test_revoke_and_reset_password_ask_first(staff_client: Client, plain: User) -> None:
     staff_client.post(reverse("console:key-create", args=[plain.pk]), {"name": "ci"})
     key = ApiKey.objects.get(user=plain)

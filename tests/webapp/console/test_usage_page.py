@@ -14,7 +14,7 @@ from django.test import Client
 from webapp.accounts.services import usage_record
 from webapp.console.usage import UsageQuery, usage_report
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 TODAY = dt.date(2026, 11, 30)
 
 

@@ -55,6 +55,7 @@ def assert_not_stored(secret: str) -> None:
     assert all(secret not in str(row.get_decoded()) for row in Session.objects.all())
 
 
+@pytest.mark.database
 def test_create_user_and_manage_them(staff_client: Client, staff: User) -> None:
     data = {"username": "newbie", "password": "a-long-password-42", "is_staff": ""}
     response = staff_client.post(reverse("console:users"), data)
@@ -81,6 +82,7 @@ def test_create_user_and_manage_them(staff_client: Client, staff: User) -> None:
     assert staff_entry.after == {"is_active": True, "is_staff": True, "is_superuser": False}
 
 
+@pytest.mark.database
 def test_weak_or_duplicate_users_are_refused(staff_client: Client, staff: User) -> None:
     weak = staff_client.post(reverse("console:users"), {"username": "w", "password": "123"})
     assert weak.status_code == 400 and "too short" in weak.content.decode()
@@ -96,6 +98,7 @@ def test_admins_cannot_lock_themselves_out(staff_client: Client, staff: User) ->
     assert staff_client.post(reverse("console:user-toggle", args=[staff.pk, "bogus"])).status_code == 404
 
 
+@pytest.mark.database
 def test_keys_list_revoke(staff_client: Client, plain: User, api_engine: FakeEngine) -> None:
     secret = create_key(staff_client, plain)
     key = ApiKey.objects.get(user=plain)
@@ -108,6 +111,7 @@ def test_keys_list_revoke(staff_client: Client, plain: User, api_engine: FakeEng
     assert AuditLog.objects.filter(action__startswith="key.").count() == 2
 
 
+@pytest.mark.database
 def test_key_limit_set_in_console_gives_429(
     staff_client: Client, plain: User, api_engine: FakeEngine
 ) -> None:
@@ -133,6 +137,7 @@ def test_key_limit_set_in_console_gives_429(
     assert (entry.after or {})["requests_per_minute"] == 2
 
 
+@pytest.mark.database
 def test_user_limit_set_in_console_gives_429(
     staff_client: Client, plain: User, api_engine: FakeEngine
 ) -> None:
@@ -155,6 +160,7 @@ def test_bad_limits_are_refused(staff_client: Client, plain: User) -> None:
     assert not AuditLog.objects.exists()
 
 
+@pytest.mark.database
 def test_daily_usage_totals(staff_client: Client, plain: User, api_engine: FakeEngine) -> None:
     secret = create_key(staff_client, plain)
     for _ in range(2):

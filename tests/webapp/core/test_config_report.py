@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from webapp.core.config import resolve_settings
 from webapp.core.config_report import config_report
 from webapp.core.models import EngineSettings, ModelRegistration
+
+pytestmark = pytest.mark.database
 
 
 def _line(lines: list[str], name: str, after: str | None = None) -> list[str]:

@@ -67,6 +67,7 @@ def test_missing_base_url_names_the_key(settings: Any, tmp_path: Path) -> None:
         resolve_builtin_engine(settings.MOONCAKE)
 
 
+@pytest.mark.database
 def test_check_hides_the_key_and_console_models_stay_native(db: None, settings: Any, tmp_path: Path) -> None:
     _use(settings, _resolve(tmp_path, REMOTE, UPSTREAM_KEY="sk-upstream"))
     extra = ModelRegistration.objects.create(name="extra", source="default")

@@ -41,6 +41,7 @@ def empty_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+@pytest.mark.database
 def test_the_guide_yaml_resolves_and_check_says_vllm_is_missing(
     db: None, settings: Any, tmp_path: Path, empty_path: Path
 ) -> None:
@@ -54,6 +55,7 @@ def test_the_guide_yaml_resolves_and_check_says_vllm_is_missing(
     assert any(line.split()[:2] == ["tensor_parallel_size", "1"] for line in report.lines)
 
 
+@pytest.mark.database
 def test_check_is_quiet_once_the_command_is_on_path(
     db: None, settings: Any, tmp_path: Path, empty_path: Path
 ) -> None:

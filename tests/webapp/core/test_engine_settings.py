@@ -26,6 +26,7 @@ def configured(settings: Any) -> float:
     return 12.0
 
 
+@pytest.mark.database
 def test_the_configured_value_until_an_admin_overrides_it(db: None, configured: float) -> None:
     assert drain_timeout() == configured and engine_settings_get().drain_timeout_seconds is None
     row = EngineSettings.objects.create(drain_timeout_seconds=5)
@@ -36,6 +37,7 @@ def test_the_configured_value_until_an_admin_overrides_it(db: None, configured: 
     assert drain_timeout() == configured and "drain_timeout" not in server_overrides(row)
 
 
+@pytest.mark.database
 def test_saving_other_tuning_fields_does_not_pin_the_default(db: None, configured: float) -> None:
     form = TuningForm(data={"evict_lru": "on"}, instance=engine_settings_get())
     assert form.is_valid(), form.errors
@@ -68,6 +70,7 @@ def fake_manager() -> Iterator[FakeModelManager]:
     get_runtime().install_manager(previous)
 
 
+@pytest.mark.database
 def test_console_unload_drains_for_the_resolved_timeout(
     db: None, configured: float, fake_manager: FakeModelManager
 ) -> None:

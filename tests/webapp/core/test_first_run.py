@@ -32,6 +32,7 @@ def test_setup_page_renders_the_form(client: Client) -> None:
     assert b'name="password2"' in response.content
 
 
+@pytest.mark.database
 def test_setup_creates_a_logged_in_superuser(client: Client) -> None:
     response = client.post("/setup/", GOOD)
     assert response.status_code == 302
@@ -42,6 +43,7 @@ def test_setup_creates_a_logged_in_superuser(client: Client) -> None:
     assert client.session["_auth_user_id"] == str(user.pk)
 
 
+@pytest.mark.database
 def test_setup_is_gone_once_an_account_exists(client: Client) -> None:
     client.post("/setup/", GOOD)
     assert client.get("/setup/").status_code == 404

@@ -91,6 +91,7 @@ def test_changes_reach_this_process_at_once_when_told(people: Any) -> None:
     assert "secret" not in restrictions()
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(("who", "allowed"), [("member", True), ("admin", True), ("outsider", False)])
 async def test_api_chat_completions(
     people: Any, two_models: Any, settings: Any, who: str, allowed: bool
@@ -110,6 +111,7 @@ async def test_api_chat_completions(
     assert (await post_json(client, "/v1/chat/completions", body, **_auth(people[who]))).status_code == 200
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(("who", "allowed"), [("member", True), ("outsider", False)])
 async def test_models_list_retrieve_and_tokenize(
     people: Any, two_models: Any, settings: Any, who: str, allowed: bool
@@ -124,6 +126,7 @@ async def test_models_list_retrieve_and_tokenize(
     assert response.status_code == (200 if allowed else 404)
 
 
+@pytest.mark.database
 async def test_anonymous_callers_see_public_models_only(people: Any, two_models: Any, settings: Any) -> None:
     settings.MOONCAKE_API_AUTH = "off"
     client = AsyncClient()
@@ -133,6 +136,7 @@ async def test_anonymous_callers_see_public_models_only(people: Any, two_models:
     assert (await post_json(client, "/v1/completions", body)).status_code == 404
 
 
+@pytest.mark.database
 async def test_chat_admission_refuses_a_model_the_user_may_not_use(people: Any, two_models: Any) -> None:
     from webapp.chat.admission import admit_send
     from webapp.chat.models import Conversation
@@ -148,6 +152,7 @@ async def test_chat_admission_refuses_a_model_the_user_may_not_use(people: Any, 
     await run.close()
 
 
+@pytest.mark.database
 def test_the_chat_picker_and_settings_offer_only_usable_models(people: Any, two_models: Any) -> None:
     from django.test import Client
 

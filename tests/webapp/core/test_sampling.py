@@ -77,6 +77,7 @@ def _console(**values: Any) -> bool:
     return ModelDefaultsForm(data={"dtype": "auto", **values}).is_valid()
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("field", "value", "ok"),
     [

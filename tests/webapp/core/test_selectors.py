@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from webapp.core.engine_settings import engine_settings_get, log_prompts_enabled
 from webapp.core.models import EngineSettings, ModelRegistration
 from webapp.core.selectors import model_defaults
+
+pytestmark = pytest.mark.database
 
 
 def test_model_defaults_for_name_or_alias(db: None) -> None:

@@ -33,6 +33,7 @@ def test_the_deadline_uses_the_value_at_signal_time(monkeypatch: pytest.MonkeyPa
     assert before + 7.0 <= server._drain_deadline <= time.monotonic() + 7.0
 
 
+@pytest.mark.database
 @pytest.mark.django_db(transaction=True)
 def test_read_drain_timeout_works_on_a_running_loop(settings: Any) -> None:
     """The reactor's thread runs an asyncio loop, where Django refuses queries: the read goes elsewhere."""

@@ -40,6 +40,7 @@ def test_loopback_through_a_proxy_is_not_the_server_itself(client: Client) -> No
     assert not User.objects.exists()
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_the_token_link_lets_a_remote_operator_create_the_admin(client: Client) -> None:
     token = setup_token()
@@ -51,12 +52,14 @@ def test_the_token_link_lets_a_remote_operator_create_the_admin(client: Client) 
     assert client.get(f"/setup/?token={token}", **REMOTE).status_code == 404
 
 
+@pytest.mark.database
 @pytest.mark.django_db
 def test_the_server_itself_needs_no_token(client: Client) -> None:
     assert client.get("/setup/", REMOTE_ADDR="::1").status_code == 200
     assert client.post("/setup/", GOOD, REMOTE_ADDR="127.0.0.1").status_code == 302
 
 
+@pytest.mark.database
 @pytest.mark.django_db(transaction=True)
 def test_racing_setups_make_exactly_one_administrator() -> None:
     start = threading.Barrier(4)

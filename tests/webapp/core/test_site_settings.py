@@ -33,6 +33,7 @@ def _save(client: Client, text: str, level: str = "info", prompt: str = "") -> N
     assert client.post("/console/site/", body).status_code == 302
 
 
+@pytest.mark.database
 def test_the_banner_shows_until_dismissed_and_again_when_it_changes(
     admin_client: Client, user_client: Client
 ) -> None:
@@ -52,6 +53,7 @@ def test_the_banner_shows_until_dismissed_and_again_when_it_changes(
     assert [a.after["banner_revision"] for a in audits] == [1, 2]
 
 
+@pytest.mark.database
 def test_saving_the_same_banner_keeps_its_dismissal(admin_client: Client, user_client: Client) -> None:
     _save(admin_client, "Hello")
     user_client.post("/banner/dismiss/", {"revision": "1", "next": "/chat/"})
@@ -61,6 +63,7 @@ def test_saving_the_same_banner_keeps_its_dismissal(admin_client: Client, user_c
     assert "Hello" not in user_client.get("/chat/").content.decode()
 
 
+@pytest.mark.database
 def test_no_banner_for_anonymous_visitors_or_when_empty(admin_client: Client, user_client: Client) -> None:
     assert 'id="site-banner"' not in user_client.get("/chat/").content.decode()
     _save(admin_client, "Only for members")
@@ -73,6 +76,7 @@ def test_dismissal_never_leaves_the_site(user_client: Client, target: str) -> No
     assert response.status_code == 302 and response["Location"] == "/"
 
 
+@pytest.mark.database
 def test_bad_input_is_refused_inline(admin_client: Client) -> None:
     response = admin_client.post("/console/site/", {"banner_text": "x" * 501, "banner_level": "loud"})
     assert response.status_code == 400
@@ -81,6 +85,7 @@ def test_bad_input_is_refused_inline(admin_client: Client) -> None:
     assert SiteSettings.objects.filter(banner_text__startswith="x").count() == 0
 
 
+@pytest.mark.database
 def test_new_chats_start_with_the_site_prompt_unless_the_user_has_their_own(admin_client: Client) -> None:
     from webapp.chat.services import conversation_create
     from webapp.preferences.services import defaults_update

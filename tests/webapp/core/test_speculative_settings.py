@@ -31,6 +31,7 @@ def _use(settings: Any, tmp_path: Path, yaml_text: str) -> None:
     settings.MOONCAKE = resolved.yaml
 
 
+@pytest.mark.database
 def test_per_model_setting_and_check_report(db: None, settings: Any, tmp_path: Path) -> None:
     _use(settings, tmp_path, LISTED)
 

@@ -59,6 +59,7 @@ async def _ask(user: User, chat: Conversation, question: str) -> list[dict[str, 
     return events
 
 
+@pytest.mark.database
 async def test_documents_reach_the_prompt_and_the_reply_cites_them(
     engine: TokenizingEngine, alice: User, chat: Conversation
 ) -> None:
@@ -80,6 +81,7 @@ async def test_documents_reach_the_prompt_and_the_reply_cites_them(
     assert "cakes.pdf" in html and "page 2" in html
 
 
+@pytest.mark.database
 async def test_system_prompt_stays_first_and_chats_without_documents_are_untouched(
     engine: TokenizingEngine, alice: User, chat: Conversation
 ) -> None:
@@ -98,6 +100,7 @@ async def test_system_prompt_stays_first_and_chats_without_documents_are_untouch
     assert await MessageCitation.objects.filter(message=replies[1]).acount() > 0
 
 
+@pytest.mark.database
 async def test_documents_fit_the_models_context(
     engine: TokenizingEngine, alice: User, chat: Conversation
 ) -> None:
@@ -112,6 +115,7 @@ async def test_documents_fit_the_models_context(
     assert len(prompt) + engine.params[0].max_tokens <= 900
 
 
+@pytest.mark.database
 async def test_documents_still_being_read_are_left_out(
     engine: TokenizingEngine, alice: User, chat: Conversation
 ) -> None:

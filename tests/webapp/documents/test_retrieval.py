@@ -40,6 +40,7 @@ def test_query_terms_drop_stop_words_and_punctuation() -> None:
     assert query_terms("the a of") == []
 
 
+@pytest.mark.database
 def test_best_chunks_ranks_matching_pages(alice: User, chat: Conversation) -> None:
     document = upload(alice, chat, "cakes.pdf", make_pdf(PAGES))
     found = best_chunks(document_ids=[document.pk], question="Which filling paste is used?", limit=5)
@@ -49,6 +50,7 @@ def test_best_chunks_ranks_matching_pages(alice: User, chat: Conversation) -> No
     assert best_chunks(document_ids=[document.pk], question="quantum chromodynamics", limit=5) == []
 
 
+@pytest.mark.database
 def test_index_follows_deletes(alice: User, chat: Conversation) -> None:
     document = upload(alice, chat, "cakes.pdf", make_pdf(PAGES))
     document.delete()
@@ -59,6 +61,7 @@ def test_index_follows_deletes(alice: User, chat: Conversation) -> None:
             assert cursor.fetchone()[0] == 0
 
 
+@pytest.mark.database
 def test_search_is_limited_to_the_given_documents(alice: User, bob: User, chat: Conversation) -> None:
     from webapp.chat import services as chat_services
 
@@ -69,6 +72,7 @@ def test_search_is_limited_to_the_given_documents(alice: User, bob: User, chat: 
     assert theirs.pk not in {s.chunk.document_id for s in found}
 
 
+@pytest.mark.database
 @pytest.mark.postgres
 def test_postgres_full_text_search(alice: User, chat: Conversation) -> None:
     if connection.vendor != "postgresql":
@@ -82,6 +86,7 @@ def test_postgres_full_text_search(alice: User, chat: Conversation) -> None:
         assert "gin" in cursor.fetchone()[0].lower()
 
 
+@pytest.mark.database
 def test_short_documents_go_in_whole(alice: User, chat: Conversation) -> None:
     upload(alice, chat, "cakes.pdf", make_pdf(PAGES))
     upload(alice, chat, "notes.md", b"# Notes\nBuy more lotus paste.")
@@ -97,6 +102,7 @@ def test_short_documents_go_in_whole(alice: User, chat: Conversation) -> None:
     assert ("cakes.pdf", 2) in cited and all(p.whole_document for p in context.passages)
 
 
+@pytest.mark.database
 @override_settings(MOONCAKE_DOCUMENTS_CHUNK_CHARS=200)
 def test_long_documents_give_the_best_chunks_within_the_budget(alice: User, chat: Conversation) -> None:
     filler = [f"Chapter {i} talks about weather and rain in the valley." * 3 for i in range(30)]
@@ -112,6 +118,7 @@ def test_long_documents_give_the_best_chunks_within_the_budget(alice: User, chat
     assert context.text.startswith(PREAMBLE) and "[1] book.pdf, page 21" in context.text
 
 
+@pytest.mark.database
 @override_settings(MOONCAKE_DOCUMENTS_CHUNK_CHARS=200)
 def test_no_match_falls_back_to_the_beginnings(alice: User, chat: Conversation) -> None:
     upload(alice, chat, "a.txt", ("alpha words here. " * 60).encode())
@@ -121,6 +128,7 @@ def test_no_match_falls_back_to_the_beginnings(alice: User, chat: Conversation) 
     assert [p.document_name for p in context.passages[:2]] == ["a.txt", "b.txt"]
 
 
+@pytest.mark.database
 def test_no_budget_or_no_ready_documents_means_no_context(alice: User, chat: Conversation) -> None:
     assert document_context(conversation=chat, question="x", token_budget=500, count_tokens=chars).text == ""
     upload(alice, chat, "a.txt", b"some words")
@@ -129,6 +137,7 @@ def test_no_budget_or_no_ready_documents_means_no_context(alice: User, chat: Con
     assert document_context(conversation=chat, question="x", token_budget=500, count_tokens=chars).text == ""
 
 
+@pytest.mark.database
 def test_attached_collections_are_read_but_never_another_users(
     alice: User, bob: User, chat: Conversation
 ) -> None:

@@ -15,7 +15,7 @@ from webapp.chat.models import Conversation, Message
 from webapp.documents import services
 from webapp.documents.models import Attachment, Collection, Document, DocumentChunk, MessageCitation
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager")]
+pytestmark = [pytest.mark.database, pytest.mark.django_db, pytest.mark.usefixtures("eager")]
 
 
 @pytest.fixture

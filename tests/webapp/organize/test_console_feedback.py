@@ -11,7 +11,7 @@ from tests.webapp.organize.conftest import MakeChat
 from webapp.chat.models import Message
 from webapp.organize.models import Feedback
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from webapp.chat import events
 from webapp.chat.models import Message
 from webapp.organize.models import FEEDBACK_COMMENT_MAX, Feedback
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 def _reply(chat_user: User, make_chat: MakeChat) -> Message:

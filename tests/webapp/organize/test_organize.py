@@ -14,7 +14,7 @@ from webapp.chat.models import Conversation
 from webapp.organize import services
 from webapp.organize.models import Folder, Placement
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 def _order(html: str) -> list[int]:

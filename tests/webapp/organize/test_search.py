@@ -27,6 +27,7 @@ def _ids(hits: list) -> list[int]:
     return [h.conversation.pk for h in hits]
 
 
+@pytest.mark.database
 def test_finds_words_in_messages_and_ranks_title_matches_first(alice: User, make_chat: MakeChat) -> None:
     body = make_chat(alice, "Cooking", ask="How do volcanoes erupt?", reply="Magma rises through the crust.")
     titled = make_chat(alice, "Volcanoes of Iceland", ask="tell me", reply="Hekla and Katla.")
@@ -40,6 +41,7 @@ def test_finds_words_in_messages_and_ranks_title_matches_first(alice: User, make
     assert search_conversations(user=alice, query="magma sunny") == []
 
 
+@pytest.mark.database
 def test_snippet_highlights_the_match_and_escapes_the_text(alice: User, make_chat: MakeChat) -> None:
     make_chat(alice, "Markup", ask="q", reply="before <script>alert(1)</script> the needle & after")
     [hit] = search_conversations(user=alice, query="needle")
@@ -49,6 +51,7 @@ def test_snippet_highlights_the_match_and_escapes_the_text(alice: User, make_cha
         assert "&lt;script&gt;" in hit.snippet_html
 
 
+@pytest.mark.database
 def test_only_the_owners_chats(alice: User, bob: User, make_chat: MakeChat) -> None:
     make_chat(bob, "Bob's", ask="secret plans", reply="hidden")
     mine = make_chat(alice, "Mine", ask="my plans", reply="open")
@@ -56,6 +59,7 @@ def test_only_the_owners_chats(alice: User, bob: User, make_chat: MakeChat) -> N
     assert search_conversations(user=alice, query="secret") == []
 
 
+@pytest.mark.database
 def test_archived_chats_are_found_unless_excluded(alice: User, make_chat: MakeChat) -> None:
     chat = make_chat(alice, "Old", ask="the aurora borealis", reply="lights")
     services.conversation_archive(conversation=chat, archived=True)
@@ -64,6 +68,7 @@ def test_archived_chats_are_found_unless_excluded(alice: User, make_chat: MakeCh
     assert search_conversations(user=alice, query="aurora", include_archived=False) == []
 
 
+@pytest.mark.database
 def test_index_follows_edits_and_deletes(alice: User, make_chat: MakeChat) -> None:
     chat = make_chat(alice, "Edits", ask="original words", reply="x")
     message = Message.objects.get(conversation=chat, role="user")
@@ -75,12 +80,14 @@ def test_index_follows_edits_and_deletes(alice: User, make_chat: MakeChat) -> No
     assert search_conversations(user=alice, query="replacement") == []
 
 
+@pytest.mark.database
 def test_limit(alice: User, make_chat: MakeChat) -> None:
     for i in range(5):
         make_chat(alice, f"chat {i}", ask="common word", reply="y")
     assert len(search_conversations(user=alice, query="common", limit=3)) == 3
 
 
+@pytest.mark.database
 @pytest.mark.parametrize("query", HOSTILE)
 def test_hostile_queries_never_raise(alice: User, make_chat: MakeChat, query: str) -> None:
     make_chat(alice, "Moon", ask="the moon is full", reply='quotes " and stars * here')
@@ -88,6 +95,7 @@ def test_hostile_queries_never_raise(alice: User, make_chat: MakeChat, query: st
     assert isinstance(hits, list)
 
 
+@pytest.mark.database
 def test_operator_words_are_searched_as_text(alice: User, make_chat: MakeChat) -> None:
     chat = make_chat(alice, "Logic", ask="either lemons OR limes", reply="NEAR(kettle")
     make_chat(alice, "Other", ask="nothing", reply="here")
@@ -103,6 +111,7 @@ def test_query_terms() -> None:
     assert fulltext.fts5_expression(["a", "b"]) == '"a" "b"*'
 
 
+@pytest.mark.database
 def test_sqlite_index_repairs_itself_after_a_table_rebuild(alice: User, make_chat: MakeChat) -> None:
     if connection.vendor != "sqlite":
         pytest.skip("SQLite only")

@@ -25,6 +25,7 @@ def _create(client: Client, chat: Conversation) -> str:
     return match.group(1)
 
 
+@pytest.mark.database
 def test_create_open_revoke(client: Client, alice: User, bob: User, make_chat: MakeChat) -> None:
     chat = make_chat(alice, "Recipes", ask="How do I bake bread?", reply="Use **flour**, water, yeast.")
     path = _create(client, chat)
@@ -50,12 +51,14 @@ def test_create_open_revoke(client: Client, alice: User, bob: User, make_chat: M
     assert "No active links" in client.get(reverse("organize:shares", args=[chat.pk])).content.decode()
 
 
+@pytest.mark.database
 def test_anonymous_goes_to_login(client: Client, alice: User, make_chat: MakeChat) -> None:
     path = _create(client, make_chat(alice))
     response = Client().get(path)
     assert response.status_code == 302 and response["Location"].startswith("/login/")
 
 
+@pytest.mark.database
 def test_reader_cannot_write_to_the_chat(client: Client, alice: User, bob: User, make_chat: MakeChat) -> None:
     chat = make_chat(alice, "Mine")
     _create(client, chat)
@@ -76,6 +79,7 @@ def test_unknown_tokens_are_404(client: Client, alice: User, token: str) -> None
     assert client.get(f"/chat/shared/{token}/").status_code == 404
 
 
+@pytest.mark.database
 def test_active_link_cap(client: Client, alice: User, make_chat: MakeChat) -> None:
     chat = make_chat(alice)
     for _ in range(services.MAX_ACTIVE_SHARES):
@@ -84,6 +88,7 @@ def test_active_link_cap(client: Client, alice: User, make_chat: MakeChat) -> No
     assert response.status_code == 400 and "revoke one first" in response.content.decode()
 
 
+@pytest.mark.database
 def test_owner_sees_links_to_manage(client: Client, alice: User, make_chat: MakeChat) -> None:
     chat = make_chat(alice)
     html = client.get(_create(client, chat)).content.decode()

@@ -45,11 +45,13 @@ def test_settings_page_needs_login(client: Client) -> None:
     assert client.get("/prompts/library.json").status_code == 302
 
 
+@pytest.mark.database
 def test_new_chat_without_defaults_has_the_servers(alice: User) -> None:
     chat = chat_services.conversation_create(user=alice)
     assert (chat.system_prompt, chat.temperature, chat.top_p, chat.max_tokens) == ("", 0.7, 1.0, 512)
 
 
+@pytest.mark.database
 def test_saved_defaults_reach_new_chats(client: Client, alice: User) -> None:
     response = post(client, system_prompt="  Answer in French.  ", temperature=0.3, max_tokens=77)
     assert response.status_code == 302 and response["Location"] == "/settings/"
@@ -69,6 +71,7 @@ def test_saved_defaults_reach_new_chats(client: Client, alice: User) -> None:
     assert chat_services.conversation_create(user=bob).system_prompt == ""
 
 
+@pytest.mark.database
 def test_the_page_shows_stored_defaults(client: Client, alice: User) -> None:
     services.defaults_update(
         user=alice, model="", system_prompt="Be terse.", temperature=1.5, top_p=0.9, max_tokens=100
@@ -79,6 +82,7 @@ def test_the_page_shows_stored_defaults(client: Client, alice: User) -> None:
     assert "Reset to server defaults" in html
 
 
+@pytest.mark.database
 def test_new_chat_button_reuses_the_empty_chat_with_the_new_defaults(client: Client, alice: User) -> None:
     draft = chat_services.conversation_new(user=alice)
     used = chat_services.conversation_create(user=alice)
@@ -91,6 +95,7 @@ def test_new_chat_button_reuses_the_empty_chat_with_the_new_defaults(client: Cli
     assert chat_services.conversation_new(user=alice).pk == draft.pk
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -116,6 +121,7 @@ def test_bad_values_come_back_inline_and_store_nothing(
     assert not UserDefaults.objects.filter(user=alice).exists()
 
 
+@pytest.mark.database
 def test_unknown_model_is_refused(client: Client, alice: User, fake_manager: Any) -> None:
     response = post(client, model="no-such-model")
     assert response.status_code == 400
@@ -136,6 +142,7 @@ def test_the_service_checks_ranges_itself(alice: User) -> None:
     assert not UserDefaults.objects.exists()
 
 
+@pytest.mark.database
 def test_reset_returns_to_the_server_defaults(client: Client, alice: User) -> None:
     post(client, temperature=0.1)
     assert client.post("/settings/defaults/reset/").status_code == 302
@@ -149,6 +156,7 @@ def test_get_is_not_allowed_on_the_write_endpoints(client: Client, alice: User) 
     assert Conversation.objects.count() == 0
 
 
+@pytest.mark.database
 def test_a_model_removed_since_falls_back_to_the_servers(
     client: Client, alice: User, fake_manager: Any
 ) -> None:

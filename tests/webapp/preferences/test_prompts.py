@@ -10,7 +10,7 @@ from webapp.core.errors import InvalidRequest, PermissionDenied
 from webapp.preferences import selectors, services
 from webapp.preferences.models import MAX_BODY_CHARS, MAX_TITLE_CHARS, SavedPrompt
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from webapp.core.model_access import restrictions_changed
 from webapp.core.models import ModelRegistration
 from webapp.core.runtime import get_runtime
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 @pytest.fixture
