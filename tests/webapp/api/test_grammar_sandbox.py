@@ -37,10 +37,11 @@ def test_a_plain_grammar_validates_and_the_child_is_reused() -> None:
 def test_a_grammar_past_the_time_limit_is_refused_and_its_child_replaced() -> None:
     sandbox = GrammarSandbox(workers=1, timeout_s=0.5)
     try:
-        started = time.monotonic()
-        with pytest.raises(GrammarTooComplex, match=r"more than 0\.5 s"):
+        with pytest.raises(GrammarTooComplex, match=r"more than 0\.5 s") as caught:
             sandbox.validate(intersected_patterns(20))
-        assert time.monotonic() - started < 2.0 and sandbox.replaced == 1
+        # Stopped within a poll of its processor-time budget, however busy the machine (not a wall clock).
+        used = caught.value.cpu_seconds
+        assert used is not None and 0.5 < used < 0.8 and sandbox.replaced == 1
         assert sandbox.validate(PLAIN) == (False, "")  # a fresh child serves the next one
     finally:
         sandbox.close()

@@ -18,7 +18,7 @@ from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine
 from webapp.api.auth import Caller
 from webapp.api.models import RequestLog
-from webapp.api.responses import _stream_response
+from webapp.api.responses import _background, _stream_response
 from webapp.api.services.pipeline import ApiRun
 from webapp.api.services.usage import RequestRecord
 from webapp.core.generation import GenerationRun
@@ -174,5 +174,8 @@ async def test_stream_never_started_is_aborted_when_dropped(engine: FakeEngine, 
         await asyncio.sleep(0.02)
         if run.closed and engine.aborted:
             break
+    # The accounting write runs on: let it end before the test database is flushed under it.
+    await asyncio.wait_for(asyncio.gather(*_background), timeout=10)
     assert engine.aborted == ["r1"] and not engine.running
     assert run.record.status_code == 499
+    assert await RequestLog.objects.filter(status_code=499).acount() == 1

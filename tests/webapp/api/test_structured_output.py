@@ -228,6 +228,7 @@ async def greedy(client: AsyncClient, **body: Any) -> tuple[dict[str, Any], int]
     return data["choices"][0], data["usage"]["completion_tokens"]
 
 
+@pytest.mark.database
 @pytest.mark.slow
 async def test_json_object_answer_ends(real_client: AsyncClient) -> None:
     choice, used = await greedy(real_client, messages=ASK_42, response_format={"type": "json_object"})
@@ -236,6 +237,7 @@ async def test_json_object_answer_ends(real_client: AsyncClient) -> None:
     assert isinstance(value, dict) and "answer" in value
 
 
+@pytest.mark.database
 @pytest.mark.slow
 async def test_json_schema_answer_ends_and_validates(real_client: AsyncClient) -> None:
     response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA}}
@@ -244,6 +246,7 @@ async def test_json_schema_answer_ends_and_validates(real_client: AsyncClient) -
     assert jsonschema_rs.validator_for(ANSWER_SCHEMA).is_valid(json.loads(choice["message"]["content"]))
 
 
+@pytest.mark.database
 @pytest.mark.slow
 async def test_named_tool_call_ends_and_validates(real_client: AsyncClient) -> None:
     choice, used = await greedy(

@@ -60,6 +60,7 @@ async def first_tokens(manager: ModelManager, name: str) -> str:
     return text
 
 
+@pytest.mark.database
 def test_register_load_evict_refuse(staff_client: Client, real_manager: ModelManager) -> None:
     # A small KV cache keeps each load light on a shared CI machine.
     EngineSettings.objects.create(kv_cache_memory_bytes=8 * 2**20, max_num_seqs=4, max_num_batched_tokens=256)
