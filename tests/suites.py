@@ -22,8 +22,9 @@ def _pytest(*args: str) -> list[str]:
     return [str(BIN / "pytest"), "-p", "no:cacheprovider", *args]
 
 
-# Tests that start real servers, browsers or workers run serially: each xdist worker would start its own
-# copy of every session server, and they share the machine's two cores with it.
+# Tests that start real servers, browsers or workers. They run on xdist workers a file at a time (each
+# worker starts its own copy of a session server it needs), except the reliability suite: it measures
+# stalls and latency under load, so it runs alone on the machine.
 LIVE = "slow or browser or reliability or worker or replicas"
 
 
@@ -41,7 +42,12 @@ def steps(workers: int) -> list[Step]:
         Step("ruff", "lint", [str(BIN / "ruff"), "check", "."]),
         Step("mypy", "types", [str(BIN / "mypy"), "inference", "webapp"]),
         Step("unit", f"no server, {workers} workers", _pytest("-m", f"not ({LIVE})", *parallel)),
-        Step("live", "real servers, browsers, workers", _pytest("-m", LIVE)),
+        Step(
+            "live",
+            f"real servers, browsers, workers, {workers} workers",
+            _pytest("-m", f"({LIVE}) and not reliability", *parallel),
+        ),
+        Step("reliability", "hostile load on live servers, alone", _pytest("-m", "reliability")),
         Step(
             "postgres",
             f"database-marked tests again on PostgreSQL, {workers} workers",
