@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
     plan = steps(_workers())
     if argv[:1] == ["--list"]:
         for step in plan:
-            print(f"{step.name:10} {' '.join(step.command)}")
+            print(f"{step.name:12} {' '.join(step.command)}")
         return 0
     unknown = set(argv) - {step.name for step in plan}
     if unknown:
@@ -85,8 +85,8 @@ def main(argv: list[str]) -> int:
     print("\n==== wall time per step ====")
     for step, code, seconds in results:
         outcome = "ok" if code == 0 else f"FAILED (exit {code})"
-        print(f"{step.name:10} {_clock(seconds):>8}  {outcome:18} {step.what}")
-    print(f"{'total':10} {_clock(sum(seconds for _, _, seconds in results)):>8}")
+        print(f"{step.name:12} {_clock(seconds):>8}  {outcome:18} {step.what}")
+    print(f"{'total':12} {_clock(sum(seconds for _, _, seconds in results)):>8}")
     return 0 if all(code == 0 for _, code, _ in results) else 1
 
 
