@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     owned = os.environ.get("MOONCAKE_TEST_OWNS_DATA")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # xdist workers share the controller's data folder; it removes it when they are all done
     if owned and Path(owned).name.startswith("mooncake-test-"):
         shutil.rmtree(owned, ignore_errors=True)
 

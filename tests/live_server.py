@@ -7,6 +7,7 @@ rows are made through one long-lived Django shell per server rather than a `mana
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -76,9 +77,15 @@ def migrated_sqlite() -> Path:
         if _template is None:
             folder = Path(os.environ["MOONCAKE_DATA"]) / "migrated-template"
             folder.mkdir(parents=True, exist_ok=True)
-            env = server_env(folder)
-            env.pop("DATABASE_URL", None)
-            manage(env, "migrate", "--noinput")
+            done = folder / "migrated"
+            # xdist workers share the run's data folder: the first migrates, the others wait for it.
+            with (folder / "lock").open("w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not done.exists():
+                    env = server_env(folder)
+                    env.pop("DATABASE_URL", None)
+                    manage(env, "migrate", "--noinput")
+                    done.touch()
             _template = folder / DB_FILE
         return _template
 
