@@ -37,7 +37,8 @@ class Step:
 
 
 def steps(workers: int) -> list[Step]:
-    parallel = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+    # Files in collection order (tests/scheduling.py puts the slowest first), not xdist's count order.
+    parallel = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"] if workers > 1 else []
     return [
         Step("ruff", "lint", [str(BIN / "ruff"), "check", "."]),
         Step("mypy", "types", [str(BIN / "mypy"), "inference", "webapp"]),

@@ -1,0 +1,54 @@
+"""How xdist shares the suites between its workers (`make test` runs them with `--dist loadfile`).
+
+A file at a time, as loadfile does, except that the suites on the session's models-list server go to one
+worker together (a second worker would start a second copy of it), and the slowest files are handed out
+first, so that no worker is left running a long file alone at the end. Without xdist only the order
+changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+MODELS_LIST_SUITES = (
+    "tests/webapp/test_model_list_live.py",
+    "tests/webapp/test_speculative_live.py",
+    "tests/webapp/test_transformers_engine_live.py",
+)
+# Measured on the 2-core CI machine: each takes one to three minutes.
+SLOWEST_FIRST = (
+    "tests/webapp/test_replicas_e2e.py",
+    *MODELS_LIST_SUITES,
+    "tests/webapp/test_graceful_stop.py",
+    "tests/webapp/core/test_hub_live.py",
+    "tests/webapp/test_openai_engine.py",
+    "tests/webapp/test_phone_layout.py",
+    "tests/webapp/api/test_conformance.py",
+    "tests/inference/test_engine_real.py",
+)
+_SCOPES = {path: "models-list-server" for path in MODELS_LIST_SUITES}
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: index for index, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_file(item.nodeid), len(rank)))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = _file(nodeid)
+            return _SCOPES.get(path, path)
+
+    return SharedServerScheduling(config, log)
