@@ -31,6 +31,7 @@ REQUEST_TIMEOUT = 90.0  # per request: a hang fails the test instead of blocking
 
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
+    """Its own server: a small batch and queue, so four times their capacity is a test-sized load."""
     server = start_live_daphne(
         tmp_path_factory.mktemp("overload-server"),
         config={"engine": {"max_num_seqs": MAX_NUM_SEQS, "max_queue_len": MAX_QUEUE_LEN}},

@@ -55,6 +55,7 @@ def gap_bound(name: str, median: float) -> float:
 
 @pytest.fixture(scope="module")
 def stall_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
+    """Its own server: a 2,048-token context for the long prompts, and no other suite's traffic on it."""
     server = start_live_daphne(
         tmp_path_factory.mktemp("stall-server"), config={"engine": {"max_model_len": MAX_MODEL_LEN}}
     )

@@ -32,6 +32,7 @@ MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveDaphne, str]]:
+    """Its own server: keys required and a small context, which the front's refusals are checked against."""
     server = start_live_daphne(
         tmp_path_factory.mktemp("upstream"),
         api_auth="required",
@@ -49,6 +50,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveDap
 
 @pytest.fixture(scope="module")
 def front(upstream: tuple[LiveDaphne, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
+    """Its own server: its one model is the upstream, served through engine type `openai`."""
     server, secret = upstream
     config = {
         "model": {"model_id": "default", "name": "remote-smol", "max_model_len": FRONT_CONTEXT},

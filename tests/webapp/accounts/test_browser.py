@@ -36,6 +36,8 @@ def provider() -> Iterator[Provider]:
 
 @pytest.fixture(scope="module")
 def server(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
+    """Its own server: single sign-on against the test's provider and a lockout after 3 failures are settings
+    read at start."""
     env = {
         "MOONCAKE_OIDC_ISSUER": provider.url,
         "MOONCAKE_OIDC_CLIENT_ID": CLIENT_ID,

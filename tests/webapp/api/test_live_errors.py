@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # a real server in a subprocess (no model: about 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
-    # No model: every case here is refused before the engine is asked for.
+    """Its own server, with no model loaded: every case here is refused before an engine is asked for."""
     data: Path = tmp_path_factory.mktemp("api-errors-live")
     live = start_live_daphne(data, api_auth="off", autoload=False, startup_timeout=120)
     yield live
