@@ -244,6 +244,21 @@ class LiveDaphne:
             self._shell = None
 
 
+# A test server's KV cache. The CPU default (2 GiB per model, zeroed as each engine starts: about 10 s on
+# the 2-core CI machine) is sized for serving; 512 MiB holds a whole 8k context in float32. A config that
+# sets its own size keeps it, and engines that are not ours get none.
+TEST_KV_CACHE_BYTES = 512 * 2**20
+
+
+def with_test_kv_cache(config: dict[str, Any] | None) -> dict[str, Any]:
+    merged = dict(config or {})
+    engine = dict(merged.get("engine") or {})
+    if engine.get("type", "native") == "native":
+        engine.setdefault("kv_cache_memory_bytes", TEST_KV_CACHE_BYTES)
+    merged["engine"] = engine
+    return merged
+
+
 def start_live_daphne(
     data_dir: Path,
     *,
@@ -257,10 +272,9 @@ def start_live_daphne(
     """Give it a migrated database, start the server, and wait until /health is 200 (/version if no model)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     overrides = {"MOONCAKE_AUTOLOAD": "1" if autoload else "0", "MOONCAKE_API_AUTH": api_auth}
-    if config:
-        config_path = data_dir / "mooncake.yaml"
-        config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
-        overrides["MOONCAKE_CONFIG"] = str(config_path)
+    config_path = data_dir / "mooncake.yaml"
+    config_path.write_text(yaml.safe_dump(with_test_kv_cache(config)), encoding="utf-8")
+    overrides["MOONCAKE_CONFIG"] = str(config_path)
     environment = server_env(data_dir, overrides | (env or {}))
     server = LiveDaphne("127.0.0.1", free_port(), data_dir, environment, data_dir / "server.log")
     prepare_database(environment, data_dir)

@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.live_server import REPO_ROOT, DjangoShell, LiveDaphne, free_port, session_snippet
+import yaml
+
+from tests.live_server import (
+    REPO_ROOT,
+    DjangoShell,
+    LiveDaphne,
+    free_port,
+    session_snippet,
+    with_test_kv_cache,
+)
 from tests.services import Service, start_postgres, start_redis
 from tests.webapp.nginx import Proxy, start_nginx
 
@@ -174,6 +183,10 @@ def start_cluster(work: Path, *, extra_env: dict[str, str] | None = None) -> Clu
         }
         | (extra_env or {})
     )
+    if "MOONCAKE_CONFIG" not in env:
+        config = work / "mooncake.yaml"
+        config.write_text(yaml.safe_dump(with_test_kv_cache(None)), encoding="utf-8")
+        env["MOONCAKE_CONFIG"] = str(config)
     env["MOONCAKE_DATA"] = str(work / "worker")
     subprocess.run(
         [sys.executable, str(REPO_ROOT / "manage.py"), "migrate", "--noinput"],
