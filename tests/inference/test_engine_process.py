@@ -192,6 +192,8 @@ def test_a_dead_child_is_restarted_by_the_manager_and_unload_stops_it(
     port = started["argv"][started["argv"].index("--port") + 1]
     httpx.post(f"http://127.0.0.1:{port}/die", timeout=5)
     _wait(lambda: not _alive(started["pid"]))
+    # The supervisor reaps the child, then records why it died: wait for the second step too.
+    _wait(lambda: first.health().state != "ready")
     assert first.health().state == "dead" and "exited with code 3" in str(first.health().error)
     _wait(lambda: len(_records(record)) == 2 and manager.list()[0].state == "loaded")
     restarted = _records(record)[1]
