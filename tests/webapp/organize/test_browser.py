@@ -145,8 +145,11 @@ def test_organise_search_share_and_rate(browser: Any, server: LiveDaphne) -> Non
 
 
 # After each swap: submit the new-folder form just swapped in, in the very next task (as a quick Enter does).
+# Chained on the swaps that creating a folder causes (POSTs) only: a GET the page itself makes as it loads
+# (the sidebar) may swap after this is installed and would otherwise start the chain before "First".
 SUBMIT_AFTER_SWAP = """(names) => {
-  document.body.addEventListener("htmx:afterSwap", function next() {
+  document.body.addEventListener("htmx:afterSwap", function next(event) {
+    if (event.detail.requestConfig.verb !== "post") { return; }
     setTimeout(function () {
       const name = names.shift();
       if (name === undefined) { document.body.removeEventListener("htmx:afterSwap", next); return; }
