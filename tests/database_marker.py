@@ -50,8 +50,8 @@ class Span:
 
 def _spans(path: Path, module: str) -> list[Span]:
     spans = []
-    tree = ast.parse(path.read_text())
-    lines = path.read_text().splitlines()
+    source = path.read_text()
+    tree, lines = ast.parse(source), source.splitlines()
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
