@@ -111,24 +111,23 @@ def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, devic
 
 
 def _gguf_shape(path: Path) -> ModelShape:
-    from gguf import GGUFReader
+    from inference.gguf_file import GGUFFile
 
-    reader = GGUFReader(path)
+    reader = GGUFFile(path)
 
     def field(name: str, default: int | None = None) -> int:
-        found = reader.get_field(name)
+        found = reader.field(name)
         if found is None:
             if default is None:
                 raise ValueError(f"{path.name}: GGUF metadata {name} is missing")
             return default
-        return int(found.contents())
+        return int(found)
 
-    arch_field = reader.get_field("general.architecture")
-    arch = str(arch_field.contents()) if arch_field is not None else "llama"
+    arch = str(reader.field("general.architecture", "llama"))
     heads = field(f"{arch}.attention.head_count")
     head_dim = field(f"{arch}.attention.key_length", field(f"{arch}.embedding_length") // heads)
     return ModelShape(
-        num_params=sum(int(t.n_elements) for t in reader.tensors),
+        num_params=sum(t.n_elements for t in reader.tensors),
         num_layers=field(f"{arch}.block_count"),
         num_kv_heads=field(f"{arch}.attention.head_count_kv", heads),
         head_dim=head_dim,

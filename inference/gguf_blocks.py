@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from inference.gguf_convert import _PERMUTED_ARCHS, _hf_name, _unpermute
+from inference.gguf_file import GGUFFile
 
 GROUP = 32  # Q4_0, Q4_1 and Q8_0 quantize blocks of 32 weights along the input dimension
 _BLOCK_BYTES = {"Q4_0": 2 + GROUP // 2, "Q4_1": 4 + GROUP // 2}
@@ -87,7 +88,7 @@ class Q8Blocks:
 
 @dataclass(frozen=True, slots=True)
 class GGUFBlocks:
-    """The blocks the CPU paths can use, read in one pass: opening a GGUF takes seconds."""
+    """The blocks the CPU paths can use, read in one pass over the file's tensor table."""
 
     linears: dict[str, Q4Blocks]  # every Q4_0/Q4_1 weight, keyed by its Hugging Face name
     embedding: Q8Blocks | None  # the token embedding (a tied model's head), when it is Q8_0
@@ -95,15 +96,12 @@ class GGUFBlocks:
 
 def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBlocks:
     """The file's Q4_0/Q4_1 weights and its Q8_0 token embedding (other types are left out)."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(gguf_path)
-    arch_field = reader.get_field("general.architecture")
-    arch = str(arch_field.contents()) if arch_field is not None else "?"
+    reader = GGUFFile(gguf_path)
+    arch = reader.architecture
     linears: dict[str, Q4Blocks] = {}
     embedding: Q8Blocks | None = None
     for tensor in reader.tensors:
-        kind = tensor.tensor_type.name
+        kind = tensor.type_name
         if tensor.name == "token_embd.weight" and kind == "Q8_0":
             embedding = parse_q8_0(np.asarray(tensor.data))
         name = _hf_name(tensor.name)
