@@ -78,22 +78,26 @@ def main(argv: list[str]) -> int:
         return 2
     chosen = [step for step in plan if not argv or step.name in argv]
     cpu_before = _cpu_ticks()
-    results: list[tuple[Step, int, float]] = []
+    results: list[tuple[Step, int, float, float | None]] = []
     for step in chosen:
         print(f"\n==== {step.name}: {step.what} ====", flush=True)
-        started = time.monotonic()
+        started, ticks = time.monotonic(), _cpu_ticks()
         code = subprocess.run(step.command, cwd=REPO_ROOT, env=os.environ | step.env).returncode
-        results.append((step, code, time.monotonic() - started))
+        results.append((step, code, time.monotonic() - started, _busy_share(ticks, _cpu_ticks())))
+    # "busy": the share of the machine's CPU time spent working during the step; well under 100% means
+    # the step waits (on timers, sockets, browsers) and more workers would pay.
     print("\n==== wall time per step ====")
-    for step, code, seconds in results:
+    print(f"{'step':12} {'wall':>8} {'busy':>5}  {'outcome':18} what")
+    for step, code, seconds, busy in results:
         outcome = "ok" if code == 0 else f"FAILED (exit {code})"
-        print(f"{step.name:12} {_clock(seconds):>8}  {outcome:18} {step.what}")
-    print(f"{'total':12} {_clock(sum(seconds for _, _, seconds in results)):>8}")
+        shown = f"{busy:.0%}" if busy is not None else "?"
+        print(f"{step.name:12} {_clock(seconds):>8} {shown:>5}  {outcome:18} {step.what}")
+    print(f"{'total':12} {_clock(sum(seconds for _, _, seconds, _ in results)):>8}")
     stolen = _stolen_share(cpu_before, _cpu_ticks())
     if stolen is not None:
         # On a shared virtual machine the same run takes up to twice as long when the host is busy.
         print(f"CPU time taken by the hypervisor (steal) during the run: {stolen:.0%}")
-    return 0 if all(code == 0 for _, code, _ in results) else 1
+    return 0 if all(code == 0 for _, code, _, _ in results) else 1
 
 
 def _cpu_ticks() -> list[int] | None:
@@ -111,6 +115,14 @@ def _stolen_share(before: list[int] | None, after: list[int] | None) -> float | 
     spent = [b - a for a, b in zip(before, after, strict=False)]
     total = sum(spent[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
     return spent[7] / total if total else None
+
+
+def _busy_share(before: list[int] | None, after: list[int] | None) -> float | None:
+    if before is None or after is None or len(after) < 8:
+        return None
+    spent = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(spent[:8])
+    return (total - spent[3] - spent[4]) / total if total else None  # all but idle and iowait
 
 
 def _clock(seconds: float) -> str:

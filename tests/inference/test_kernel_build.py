@@ -106,8 +106,14 @@ def test_a_build_writes_a_private_temp_file_then_renames_it(
     monkeypatch.setattr(kernel_build.subprocess, "run", fake_compiler(calls))
     cache = tmp_path / "cache"
     library = kernel_build.ensure_built(cache, compiler="my-c++")
-    assert calls[0][0] == "/usr/bin/my-c++"
-    partial = Path(calls[0][calls[0].index("-o") + 1])
+    assert all(call[0] == "/usr/bin/my-c++" for call in calls)
+    *compiles, link = calls
+    # Each source compiled on its own into an object of a private build folder, then one link.
+    assert sorted(call[call.index("-c") + 1] for call in compiles) == sorted(map(str, kernel_build.SOURCES))
+    objects = [call[call.index("-o") + 1] for call in compiles]
+    assert all(obj in link for obj in objects) and "-shared" in link
+    assert all(Path(obj).parent.name.startswith(".q4_decode-build-") for obj in objects)
+    partial = Path(link[link.index("-o") + 1])
     assert partial.parent == library.parent and partial.name.startswith(".q4_decode-")
     assert str(os.getpid()) not in partial.name  # mkstemp's random name, not a guessable one
     assert library.read_bytes() == b"\x7fELF" and library.stat().st_mode & 0o777 == 0o700
@@ -119,6 +125,20 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(kernel_build.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(kernel_build.subprocess, "run", fake_compiler([], returncode=1))
     with pytest.raises(OSError, match=r"compiling csrc/ failed: error: nope"):
+        kernel_build.ensure_built(tmp_path / "cache")
+    assert list(kernel_build.kernels_dir(tmp_path / "cache").iterdir()) == []
+
+
+def test_a_failed_link_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiles = fake_compiler([])
+
+    def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        result = compiles(command)
+        return result if "-c" in command else subprocess.CompletedProcess(command, 1, "", "undefined symbol")
+
+    monkeypatch.setattr(kernel_build.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(kernel_build.subprocess, "run", run)
+    with pytest.raises(OSError, match=r"linking csrc/ failed: undefined symbol"):
         kernel_build.ensure_built(tmp_path / "cache")
     assert list(kernel_build.kernels_dir(tmp_path / "cache").iterdir()) == []
 

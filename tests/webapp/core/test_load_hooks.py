@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,14 +30,25 @@ def test_load_hooks_all_run_and_survive_a_failing_one(monkeypatch: pytest.Monkey
 
 
 def test_the_api_warms_its_grammar_view_of_each_loaded_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webapp.api import apps as api_apps
     from webapp.api.services import grammar
 
-    assert grammar.warm_grammar in core_runtime._load_hooks
+    assert api_apps._warm_grammar in core_runtime._load_hooks
     built: list[tuple[Any, set[int] | None]] = []
     monkeypatch.setattr(grammar, "ll_tokenizer", lambda tok, eos=None: built.append((tok, eos)))
     engine = FakeEngine()
-    grammar.warm_grammar(engine)
+    api_apps._warm_grammar(engine)
     assert built == [(engine.tokenizer, set(engine.eos_token_ids))]
+
+
+def test_setting_django_up_leaves_torch_and_transformers_unimported(tmp_path: Path) -> None:
+    """Management commands, Celery workers and shells start without the engine's libraries (seconds each);
+    the server imports them when it loads a model."""
+    code = "import sys, django; django.setup(); print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    env = os.environ | {"DJANGO_SETTINGS_MODULE": "webapp.settings.test", "MOONCAKE_DATA": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_a_load_moves_the_long_lived_heap_out_of_the_collectors_sight() -> None:
