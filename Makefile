@@ -3,6 +3,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
+# Bytecode caches on, whatever the shell says: a test run starts hundreds of Python processes (servers,
+# shells, xdist workers), and without them each one compiles the project (and pytest rewrites every test
+# module's asserts) from source again.
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 BIN := $(VENV)/bin
 # Re-installs when pyproject.toml changes; a second `make run` skips straight to serving.

@@ -35,6 +35,9 @@ SLOWEST_FIRST = (
     "tests/webapp/core/test_model_list.py",
 )
 _SCOPES = {path: "models-list-server" for path in MODELS_LIST_SUITES}
+# The reliability step collects only this folder (collecting the whole suite costs a process 15 s), and
+# the live step leaves reliability tests out: one marked anywhere else would run in no step.
+RELIABILITY_DIR = "tests/reliability/"
 
 
 def _file(nodeid: str) -> str:
@@ -42,6 +45,13 @@ def _file(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    strays = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("reliability") and not item.nodeid.startswith(RELIABILITY_DIR)
+    ]
+    if strays:
+        raise pytest.UsageError(f"reliability tests belong in {RELIABILITY_DIR} (run there alone): {strays}")
     rank = {path: index for index, path in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(_file(item.nodeid), len(rank)))  # stable: the rest keep their order
 

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.scheduling import RELIABILITY_DIR
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -48,7 +50,11 @@ def steps(workers: int) -> list[Step]:
             f"real servers, browsers, workers, {workers} workers",
             _pytest("-m", f"({LIVE}) and not reliability", *parallel),
         ),
-        Step("reliability", "hostile load on live servers, alone", _pytest("-m", "reliability")),
+        Step(
+            "reliability",
+            "hostile load on live servers, alone",
+            _pytest(RELIABILITY_DIR, "-m", "reliability"),
+        ),
         Step(
             "postgres",
             f"database-marked tests again on PostgreSQL, {workers} workers",
@@ -82,7 +88,7 @@ def main(argv: list[str]) -> int:
     for step in chosen:
         print(f"\n==== {step.name}: {step.what} ====", flush=True)
         started, ticks = time.monotonic(), _cpu_ticks()
-        code = subprocess.run(step.command, cwd=REPO_ROOT, env=os.environ | step.env).returncode
+        code = subprocess.run(step.command, cwd=REPO_ROOT, env=_environment() | step.env).returncode
         results.append((step, code, time.monotonic() - started, _busy_share(ticks, _cpu_ticks())))
     # "busy": the share of the machine's CPU time spent working during the step; well under 100% means
     # the step waits (on timers, sockets, browsers) and more workers would pay.
@@ -98,6 +104,12 @@ def main(argv: list[str]) -> int:
         # On a shared virtual machine the same run takes up to twice as long when the host is busy.
         print(f"CPU time taken by the hypervisor (steal) during the run: {stolen:.0%}")
     return 0 if all(code == 0 for _, code, _, _ in results) else 1
+
+
+def _environment() -> dict[str, str]:
+    # Bytecode caches on (as the Makefile has them): each of the run's many Python processes would compile
+    # the project, and pytest rewrite every test module, from source again.
+    return {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _cpu_ticks() -> list[int] | None:
