@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +38,17 @@ class Step:
     what: str
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # Run alongside that step, its output shown after it: a single-threaded step (mypy) would leave a
+    # core idle for a minute on its own. Only beside a step that measures no latency.
+    beside: str | None = None
 
 
 def steps(workers: int) -> list[Step]:
     # Files in collection order (tests/scheduling.py puts the slowest first), not xdist's count order.
     parallel = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"] if workers > 1 else []
     return [
-        Step("ruff", "lint", [str(BIN / "ruff"), "check", "."]),
-        Step("mypy", "types", [str(BIN / "mypy"), "inference", "webapp"]),
+        Step("ruff", "lint", [str(BIN / "ruff"), "check", "."], beside="unit"),
+        Step("mypy", "types", [str(BIN / "mypy"), "inference", "webapp"], beside="unit"),
         Step("unit", f"no server, {workers} workers", _pytest("-m", f"not ({LIVE})", *parallel)),
         Step(
             "live",
@@ -66,14 +71,58 @@ def steps(workers: int) -> list[Step]:
     ]
 
 
+@dataclass(frozen=True)
+class Result:
+    step: Step
+    code: int
+    seconds: float
+    busy: float | None  # None where /proc/stat is not there; for a step run beside another, theirs together
+
+
+class _Beside:
+    """A step running alongside another, its output held until it ends (so the two do not interleave)."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+        self.output = tempfile.TemporaryFile()  # noqa: SIM115 - held until finish() prints and closes it
+        self.started, self.ticks = time.monotonic(), _cpu_ticks()
+        self.process = subprocess.Popen(
+            step.command,
+            cwd=REPO_ROOT,
+            env=_environment() | step.env,
+            stdout=self.output,
+            stderr=subprocess.STDOUT,
+        )
+        self.ended: tuple[float, list[int] | None] | None = None
+        self.waiter = threading.Thread(target=self._wait, daemon=True)
+        self.waiter.start()
+
+    def _wait(self) -> None:
+        self.process.wait()
+        self.ended = (time.monotonic(), _cpu_ticks())  # its own end, not the end of the step it ran beside
+
+    def finish(self) -> Result:
+        self.waiter.join()
+        assert self.ended is not None
+        ended, ticks = self.ended
+        code, seconds = self.process.returncode, ended - self.started
+        result = Result(self.step, code, seconds, _busy_share(self.ticks, ticks))
+        print(f"\n==== {self.step.name}: {self.step.what} (ran beside {self.step.beside}) ====", flush=True)
+        self.output.seek(0)
+        sys.stdout.buffer.write(self.output.read())
+        sys.stdout.flush()
+        self.output.close()
+        return result
+
+
 def _workers() -> int:
     """xdist workers for the unit suites: one per core (the tests pin torch to one thread each)."""
     configured = os.environ.get("MOONCAKE_TEST_WORKERS")
     return int(configured) if configured else max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
-def main(argv: list[str]) -> int:
-    plan = steps(_workers())
+def main(argv: list[str], plan: list[Step] | None = None) -> int:
+    plan = steps(_workers()) if plan is None else plan
     if argv[:1] == ["--list"]:
         for step in plan:
             print(f"{step.name:12} {' '.join(step.command)}")
@@ -83,27 +132,34 @@ def main(argv: list[str]) -> int:
         print(f"unknown step(s): {', '.join(sorted(unknown))}; see --list", file=sys.stderr)
         return 2
     chosen = [step for step in plan if not argv or step.name in argv]
-    cpu_before = _cpu_ticks()
-    results: list[tuple[Step, int, float, float | None]] = []
+    cpu_before, run_started = _cpu_ticks(), time.monotonic()
+    run_names = {step.name for step in chosen}
+    alongside = [step for step in chosen if step.beside in run_names]
+    results: list[Result] = []
     for step in chosen:
+        if step in alongside:
+            continue
+        companions = [_Beside(other) for other in alongside if other.beside == step.name]
         print(f"\n==== {step.name}: {step.what} ====", flush=True)
         started, ticks = time.monotonic(), _cpu_ticks()
         code = subprocess.run(step.command, cwd=REPO_ROOT, env=_environment() | step.env).returncode
-        results.append((step, code, time.monotonic() - started, _busy_share(ticks, _cpu_ticks())))
+        results.append(Result(step, code, time.monotonic() - started, _busy_share(ticks, _cpu_ticks())))
+        results.extend(companion.finish() for companion in companions)
     # "busy": the share of the machine's CPU time spent working during the step; well under 100% means
     # the step waits (on timers, sockets, browsers) and more workers would pay.
     print("\n==== wall time per step ====")
     print(f"{'step':12} {'wall':>8} {'busy':>5}  {'outcome':18} what")
-    for step, code, seconds, busy in results:
-        outcome = "ok" if code == 0 else f"FAILED (exit {code})"
-        shown = f"{busy:.0%}" if busy is not None else "?"
-        print(f"{step.name:12} {_clock(seconds):>8} {shown:>5}  {outcome:18} {step.what}")
-    print(f"{'total':12} {_clock(sum(seconds for _, _, seconds, _ in results)):>8}")
+    for result in results:
+        outcome = "ok" if result.code == 0 else f"FAILED (exit {result.code})"
+        shown = f"{result.busy:.0%}" if result.busy is not None else "?"
+        step = result.step
+        print(f"{step.name:12} {_clock(result.seconds):>8} {shown:>5}  {outcome:18} {step.what}")
+    print(f"{'total':12} {_clock(time.monotonic() - run_started):>8}")
     stolen = _stolen_share(cpu_before, _cpu_ticks())
     if stolen is not None:
         # On a shared virtual machine the same run takes up to twice as long when the host is busy.
         print(f"CPU time taken by the hypervisor (steal) during the run: {stolen:.0%}")
-    return 0 if all(code == 0 for _, code, _, _ in results) else 1
+    return 0 if all(result.code == 0 for result in results) else 1
 
 
 def _environment() -> dict[str, str]:
