@@ -20,7 +20,7 @@ from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine
 from webapp.api.schemas.chat import MAX_MESSAGES, MAX_TOOLS
 from webapp.api.schemas.common import MAX_JSON_SCHEMA_BYTES, MAX_JSON_SCHEMA_DEPTH, MAX_JSON_SCHEMA_PATTERNS
-from webapp.api.services import chat as chat_service
+from webapp.api.services import grammar as grammar_service
 from webapp.api.services.grammar import GrammarLogitsProcessor
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,7 +42,7 @@ class _ByteVocabulary:
 @pytest.fixture(autouse=True)
 def byte_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
     tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteVocabulary()))
-    monkeypatch.setattr(chat_service, "ll_tokenizer", lambda hf_tokenizer, eos_ids=None: tokenizer)
+    monkeypatch.setattr(grammar_service, "ll_tokenizer", lambda hf_tokenizer, eos_ids=None: tokenizer)
 
 
 def response_format(schema: dict[str, Any]) -> dict[str, Any]:

@@ -42,9 +42,12 @@ def test_the_api_warms_its_grammar_view_of_each_loaded_model(monkeypatch: pytest
 
 
 def test_setting_django_up_leaves_torch_and_transformers_unimported(tmp_path: Path) -> None:
-    """Management commands, Celery workers and shells start without the engine's libraries (seconds each);
-    the server imports them when it loads a model."""
-    code = "import sys, django; django.setup(); print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    """Management commands (whose system checks load the URL conf), Celery workers and shells start without
+    the engine's libraries (seconds each); the server imports them when it loads a model."""
+    code = (
+        "import sys, django; django.setup(); import webapp.urls, webapp.celery; "
+        "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    )
     env = os.environ | {"DJANGO_SETTINGS_MODULE": "webapp.settings.test", "MOONCAKE_DATA": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -10,7 +10,6 @@ from typing import Any
 from inference.api import EngineClient, LogitsProcessor
 from webapp.api.schemas.chat import ChatCompletionRequest
 from webapp.api.services.defaults import RequestDefaults, apply_chat_defaults
-from webapp.api.services.grammar import GrammarLogitsProcessor, json_schema_grammar, ll_tokenizer
 from webapp.api.services.logprobs import chat_logprobs
 from webapp.api.services.models import model_name
 from webapp.api.services.pipeline import Job, usage_dict
@@ -24,6 +23,10 @@ from webapp.core.streams import Generation, merged, run_to_end, timed_out_error
 def _grammar(
     engine: EngineClient, body: ChatCompletionRequest, plan: ToolPlan | None, prompt_len: int
 ) -> list[LogitsProcessor]:
+    # Imported here: the grammar module brings torch and transformers, and loading the URL conf (every
+    # manage.py command's system checks) must not pay seconds for them.
+    from webapp.api.services.grammar import GrammarLogitsProcessor, json_schema_grammar, ll_tokenizer
+
     if plan is not None and plan.schema is not None:
         grammar = json_schema_grammar(plan.schema, param="tools")
     elif body.response_format is not None and body.response_format.type == "json_object":
