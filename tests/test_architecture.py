@@ -282,3 +282,14 @@ def test_contract_module_loads_no_torch() -> None:
                         chain[reached] = f" (reached from {imp.where()})"
                         todo.append(reached)
     assert not bad, f"importing {CONTRACT} loads torch:\n" + "\n".join(sorted(bad))
+
+
+def test_the_web_layer_builds_sampling_params_in_one_place() -> None:
+    """Chat replies, titles and API requests get their SamplingParams from webapp.core.sampling, so the
+    engine's checks become the same 400 everywhere."""
+    builders: list[str] = []
+    for module, path in source_files(["webapp"]).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "SamplingParams":
+                builders.append(f"{module}:{node.lineno}")
+    assert [where.split(":")[0] for where in builders] == ["webapp.core.sampling"], builders

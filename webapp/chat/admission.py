@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 
-from inference.api import EngineClient, SamplingParams
+from inference.api import EngineClient
 from webapp.accounts.limits import admission_checks
 from webapp.api.models import RequestLog
 from webapp.api.services.models import model_name
@@ -30,6 +30,7 @@ from webapp.core.limits import Limits
 from webapp.core.model_access import viewer_for_user
 from webapp.core.prompts import check_prompt, render_chat, render_continuation
 from webapp.core.runtime import get_runtime
+from webapp.core.sampling import sampling_params
 
 ENDPOINT = "chat"
 
@@ -103,12 +104,13 @@ async def admit_send(
         else:
             ids = await asyncio.to_thread(render_continuation, engine, prompt, partial)
         remaining = check_prompt(engine, ids, max_tokens=None, param="messages")
-        try:
-            params = SamplingParams(
-                temperature=use.temperature, top_p=use.top_p, max_tokens=min(use.max_tokens, remaining)
-            )
-        except ValueError as exc:
-            raise InvalidRequest(f"Check this chat's settings: {exc}", code="invalid") from exc
+        params = sampling_params(
+            temperature=use.temperature,
+            top_p=use.top_p,
+            max_tokens=min(use.max_tokens, remaining),
+            explain="Check this chat's settings: ",
+            code="invalid",
+        )
         return ChatJob(prompts=[ids], params=params, record=record)
 
     request = GenerationRequest(

@@ -13,9 +13,10 @@ import re
 
 from channels.db import database_sync_to_async
 
-from inference.api import EngineClient, SamplingParams
+from inference.api import EngineClient
 from webapp.chat import events, services
 from webapp.chat.models import Message
+from webapp.core.sampling import sampling_params
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class TitleWriter:
         try:
             messages = [{"role": "user", "content": prompt}]
             prompt_ids = await asyncio.to_thread(engine.apply_chat_template, messages)
-            params = SamplingParams(temperature=0.0, max_tokens=TITLE_MAX_TOKENS)
+            params = sampling_params(temperature=0.0, max_tokens=TITLE_MAX_TOKENS)
             async for output in engine.generate(prompt_ids, params):
                 text = output.outputs[0].text
         except Exception:  # A missing title is cosmetic: keep the provisional one.

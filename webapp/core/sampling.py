@@ -1,4 +1,5 @@
-"""Sampling parameter ranges, each defined once, for every form, service and schema of the web layer.
+"""Sampling parameter ranges, each defined once, for every form, service and schema of the web layer, and
+the one place the web layer builds the engine's SamplingParams (`sampling_params`).
 
 The engine's SamplingParams bounds (inference.api) are what its tensors can hold. Chat and the API add
 OpenAI's stricter ranges as policy (temperature up to 2, n up to 64, repetition_penalty up to 2), named
@@ -23,7 +24,9 @@ from inference.api import (
     MAX_PENALTY,
     MIN_REPETITION_PENALTY,
     SEED_RANGE,
+    SamplingParams,
 )
+from webapp.core.errors import InvalidRequest
 
 # ---- policy: OpenAI's ranges, stricter than the engine's (MAX_TEMPERATURE 100, MAX_N 128, penalty 100)
 API_MAX_TEMPERATURE = 2.0
@@ -104,3 +107,12 @@ ChatReplyTokens = Annotated[int, CHAT_REPLY_TOKENS.field()]
 ChoiceCount = Annotated[int, N.field()]
 TopLogprobs = Annotated[int, TOP_LOGPROBS.field()]
 Seed = Annotated[int, SEED.field()]
+
+
+def sampling_params(*, explain: str = "", code: str | None = None, **values: Any) -> SamplingParams:
+    """The engine's SamplingParams for an API request, a chat reply or a title. The engine's own checks
+    (its ValueErrors and TypeErrors) become a 400 whose message starts with `explain`."""
+    try:
+        return SamplingParams(**values)
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest(f"{explain}{exc}", code=code) from exc

@@ -14,6 +14,7 @@ from webapp.chat.forms import SettingsForm
 from webapp.chat.services import conversation_create, conversation_update_settings
 from webapp.chat.transfer import ExportedChat
 from webapp.console.forms import ModelDefaultsForm
+from webapp.core.errors import InvalidRequest
 from webapp.core.sampling import (
     API_MAX_TEMPERATURE,
     LOGIT_BIAS,
@@ -24,6 +25,7 @@ from webapp.core.sampling import (
     TOP_K,
     TOP_P,
     Range,
+    sampling_params,
 )
 
 
@@ -97,3 +99,18 @@ def test_every_entry_agrees(db: None, field: str, value: float, ok: bool) -> Non
     assert _schema(ExportedChat, **{field: value}) is ok
     assert _schema(CompletionRequest, prompt="x", **{field: value}) is ok
     assert _console(**{field: value}) is ok
+
+
+def test_sampling_params_are_the_engines_and_its_refusals_are_a_400() -> None:
+    params = sampling_params(temperature=0.0, top_p=0.5, max_tokens=7)
+    assert isinstance(params, SamplingParams)
+    assert (params.temperature, params.top_p, params.max_tokens) == (0.0, 0.5, 7)
+    with pytest.raises(InvalidRequest) as refused:
+        sampling_params(max_tokens=0, explain="Check this chat's settings: ", code="invalid")
+    assert refused.value.status == 400 and refused.value.code == "invalid"
+    assert (
+        refused.value.message.startswith("Check this chat's settings: ")
+        and "max_tokens" in refused.value.message
+    )
+    with pytest.raises(InvalidRequest, match="unexpected keyword"):
+        sampling_params(no_such_field=1)

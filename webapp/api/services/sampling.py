@@ -1,4 +1,4 @@
-"""Request fields to the engine's SamplingParams; the engine's own ValueErrors become 400s."""
+"""An API request's sampling fields, as webapp.core.sampling.sampling_params takes them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from inference.api import LogitsProcessor, SamplingParams
 from webapp.api.schemas.common import SamplingFields
 from webapp.core.errors import InvalidRequest
+from webapp.core.sampling import sampling_params
 
 
 def logit_bias_ids(bias: dict[str, float] | None, vocab: int) -> dict[int, float] | None:
@@ -57,7 +58,4 @@ def build_params(
         "repetition_penalty": fields.repetition_penalty,
     }
     kwargs.update({k: v for k, v in optional.items() if v is not None})
-    try:
-        return SamplingParams(**kwargs)
-    except (ValueError, TypeError) as exc:
-        raise InvalidRequest(str(exc)) from exc
+    return sampling_params(**kwargs)
