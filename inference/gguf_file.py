@@ -8,6 +8,7 @@ out each tensor's bytes as a read-only memory map, shaped as gguf-py shapes them
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,19 +33,6 @@ _SCALARS: dict[int, str] = {
     10: "<Q",
     11: "<q",
     12: "<d",
-}
-_NUMPY_SCALARS: dict[int, str] = {
-    0: "<u1",
-    1: "<i1",
-    2: "<u2",
-    3: "<i2",
-    4: "<u4",
-    5: "<i4",
-    6: "<f4",
-    7: "?",
-    10: "<u8",
-    11: "<i8",
-    12: "<f8",
 }
 _STRING, _ARRAY = 8, 9
 # Unquantized tensor types, stored one element per item; every other type is blocks of bytes.
@@ -79,10 +67,7 @@ class GGUFTensor:
 
     @property
     def n_elements(self) -> int:
-        count = 1
-        for dim in self.dims:
-            count *= dim
-        return count
+        return math.prod(self.dims)
 
 
 class GGUFFile:
@@ -92,7 +77,6 @@ class GGUFFile:
         self.path = path
         self._memory = np.memmap(path, dtype=np.uint8, mode="r")
         self._buffer = memoryview(self._memory.data)
-        self._at = 0
         if bytes(self._buffer[:4]) != MAGIC:
             raise GGUFFormatError(f"{path.name} is not a GGUF file")
         self._at = 4
@@ -145,8 +129,8 @@ class GGUFFile:
         return self._scalar(value_type)
 
     def _array(self, item_type: int, count: int) -> Any:
-        if item_type in _NUMPY_SCALARS:
-            dtype = np.dtype(_NUMPY_SCALARS[item_type])
+        if item_type in _SCALARS:
+            dtype = np.dtype(_SCALARS[item_type])  # struct's little-endian codes are numpy's too
             return np.frombuffer(self._take(dtype.itemsize * count), dtype=dtype).copy()
         if item_type == _STRING:
             return self._strings(count)
@@ -179,10 +163,7 @@ class GGUFFile:
             ggml_type = GGMLQuantizationType(kind)
         except ValueError:
             raise GGUFFormatError(f"{self.path.name}: tensor {name} has unknown type {kind}") from None
-        shape = tuple(reversed(dims))
-        count = 1
-        for dim in dims:
-            count *= dim
+        shape, count = tuple(reversed(dims)), math.prod(dims)
         plain = _PLAIN_DTYPES.get(ggml_type)
         if plain is not None:
             dtype = np.dtype(plain)
