@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from gguf.constants import GGMLQuantizationType
 from safetensors.torch import save_file
 
 from inference.cache_dir import ensure_private_dir, private_temp_file
+from inference.gguf_file import GGUFFile
 
 logger = logging.getLogger(__name__)
 
@@ -110,26 +112,26 @@ def ensure_converted(gguf_path: Path, cache_dir: Path) -> Path:
 
 
 def _convert(gguf_path: Path, out_dir: Path) -> None:
-    from gguf import GGUFReader
     from transformers import AutoConfig, AutoTokenizer
 
-    reader = GGUFReader(gguf_path)
-    arch_field = reader.get_field("general.architecture")
-    arch = str(arch_field.contents()) if arch_field is not None else "?"
+    gguf = GGUFFile(gguf_path)
+    arch = gguf.architecture
     if arch not in GGUF_ARCHITECTURES:
         raise ValueError(
             f"GGUF architecture {arch!r} is not supported; supported: {', '.join(sorted(GGUF_ARCHITECTURES))}"
         )
+    # The tensors come from our reader; transformers' config and tokenizer loaders each parse the file with
+    # gguf-py's (seconds for a large vocabulary), which is why this runs once per file content.
     config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False)
     config.architectures = [GGUF_ARCHITECTURES[arch]]
-    tensors = _dequantized_tensors(reader, arch, config.num_attention_heads, config.num_key_value_heads)
+    tensors = _dequantized_tensors(gguf, config.num_attention_heads, config.num_key_value_heads)
     # transformers' GGUF config mapping misses some keys (qwen3 attention.key_length, sometimes vocab_size);
     # the tensor shapes are the ground truth.
     config.head_dim = tensors["model.layers.0.self_attn.q_proj.weight"].shape[0] // config.num_attention_heads
     config.vocab_size = tensors["model.embed_tokens.weight"].shape[0]
     if "lm_head.weight" not in tensors:
         config.tie_word_embeddings = True  # llama.cpp drops output.weight when it equals the embedding
-    rope_freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    rope_freqs = gguf.tensor("rope_freqs.weight")
     if rope_freqs is not None:
         config.rope_parameters = _llama3_rope_from_factors(
             dict(getattr(config, "rope_parameters", None) or {}), config.head_dim, np.asarray(rope_freqs.data)
@@ -143,32 +145,31 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
     (out_dir / "mooncake-source.json").write_text(json.dumps({"gguf": gguf_path.name, "architecture": arch}))
 
 
-def _dequantized_tensors(reader: Any, arch: str, n_heads: int, n_kv_heads: int) -> dict[str, torch.Tensor]:
-    from gguf import GGMLQuantizationType
+def _dequantized_tensors(gguf: GGUFFile, n_heads: int, n_kv_heads: int) -> dict[str, torch.Tensor]:
     from gguf.quants import dequantize
 
     keep_types = {GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32}
-    num_elements = sum(int(np.prod(t.shape)) for t in reader.tensors)
+    num_elements = sum(t.n_elements for t in gguf.tensors)
     # Small models dequantize to fp32, bit-exact to the GGUF values (the CPU fp32 oracle depends on it);
     # large ones to 16 bits (what llama.cpp's GPU kernels compute with), or a 4 GB Q4 file would cache 28 GB.
     narrow = None if num_elements <= FP32_MAX_ELEMENTS else torch.float16
     out: dict[str, torch.Tensor] = {}
-    for tensor in reader.tensors:
+    for tensor in gguf.tensors:
         name = _hf_name(tensor.name)
         if name is None:
             continue  # e.g. rope_freqs: derived from config.rope_parameters instead
-        kept = keep_types.get(tensor.tensor_type)
+        kept = keep_types.get(tensor.ggml_type)
         if kept is not None:
-            data = np.asarray(tensor.data, dtype=kept).reshape([int(d) for d in reversed(tensor.shape)])
+            data = np.asarray(tensor.data, dtype=kept).reshape(tuple(reversed(tensor.dims)))
         else:
-            data = dequantize(tensor.data, tensor.tensor_type)
-        if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
+            data = dequantize(tensor.data, tensor.ggml_type)
+        if gguf.architecture in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
             data = _unpermute(data, n_heads if "q_proj" in name else n_kv_heads)
         # Copy: F32/F16 data are read-only views of the memory-mapped file.
         value = torch.from_numpy(np.array(data, order="C", copy=True))
         if narrow is not None and kept is None:
             # bf16 sources stay bf16 (exact); other dequantized blocks fit fp16's range and precision.
-            value = value.to(torch.bfloat16 if tensor.tensor_type == GGMLQuantizationType.BF16 else narrow)
+            value = value.to(torch.bfloat16 if tensor.ggml_type == GGMLQuantizationType.BF16 else narrow)
         out[name] = value
     return out
 

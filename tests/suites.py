@@ -48,7 +48,7 @@ def steps(workers: int) -> list[Step]:
     parallel = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"] if workers > 1 else []
     return [
         Step("ruff", "lint", [str(BIN / "ruff"), "check", "."], beside="unit"),
-        Step("mypy", "types", [str(BIN / "mypy"), "inference", "webapp"], beside="unit"),
+        Step("mypy", "types", [str(BIN / "mypy"), "inference", "webapp", "tools"], beside="unit"),
         Step("unit", f"no server, {workers} workers", _pytest("-m", f"not ({LIVE})", *parallel)),
         Step(
             "live",
