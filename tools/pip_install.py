@@ -47,7 +47,9 @@ def pip_settings(python: str) -> dict[str, str]:
 
 
 def uv_command(uv: str, python: str, settings: dict[str, str], args: list[str]) -> list[str]:
-    command = [uv, "pip", "install", "--python", python]
+    # Bytecode compiled at install, as pip does: otherwise each process's first imports compile torch,
+    # transformers and Django from source, in every test worker and server started at once.
+    command = [uv, "pip", "install", "--python", python, "--compile-bytecode"]
     for name, option in LIST_OPTIONS.items():
         for value in settings.get(name, "").split():
             command += [option, value]

@@ -31,9 +31,9 @@ def test_pip_settings_merge_the_file_and_the_environment_which_wins(
     assert settings["extra-index-url"] == "file:///srv/a/simple file:///srv/b/simple"
     assert settings["find-links"] == "/srv/wheels-from-env"
     command = uv_command("uv", "/venv/bin/python", settings, ["-e", ".[dev]"])
-    assert command[:5] == ["uv", "pip", "install", "--python", "/venv/bin/python"]
+    assert command[:6] == ["uv", "pip", "install", "--python", "/venv/bin/python", "--compile-bytecode"]
     assert command[-2:] == ["-e", ".[dev]"]
-    pairs = list(zip(command[5:-2:2], command[6:-2:2], strict=True))
+    pairs = list(zip(command[6:-2:2], command[7:-2:2], strict=True))
     assert ("--index-url", "https://mirror.example/simple") in pairs
     assert ("--extra-index-url", "file:///srv/a/simple") in pairs
     assert ("--extra-index-url", "file:///srv/b/simple") in pairs
@@ -48,4 +48,4 @@ def test_pip_settings_merge_the_file_and_the_environment_which_wins(
 
 def test_without_pip_settings_uv_keeps_its_own_defaults() -> None:
     command = uv_command("uv", "python", {}, ["numpy"])
-    assert command == ["uv", "pip", "install", "--python", "python", "numpy"]
+    assert command == ["uv", "pip", "install", "--python", "python", "--compile-bytecode", "numpy"]
