@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from inference.attention import BatchLayout
-from inference.attention.torch_backend import TorchAttentionBackend
-from inference.attention.triton_backend import TritonAttentionBackend
-from inference.attention.triton_decode import num_splits, paged_decode, store_kv
+from inference.models.attention import BatchLayout
+from inference.models.attention.torch_backend import TorchAttentionBackend
+from inference.models.attention.triton_backend import TritonAttentionBackend
+from inference.models.attention.triton_decode import num_splits, paged_decode, store_kv
 
 BLOCK = 16
 SHAPES = {"qwen3-0.6b": (16, 8, 128), "llama3-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}
@@ -152,9 +152,9 @@ def build_runner(shape: dict[str, Any], *, eager: bool) -> Any:
     """Our Qwen3-0.6B-shaped model with random bf16 weights straight on the GPU, behind a ModelRunner."""
     from transformers import Qwen3Config
 
-    from inference.loader import LoadedModel
-    from inference.model_runner import ModelRunner
+    from inference.core.model_runner import ModelRunner
     from inference.models import Qwen3ForCausalLM
+    from inference.models.loader import LoadedModel
 
     config = Qwen3Config(**shape)
     torch.manual_seed(0)
@@ -197,7 +197,7 @@ def time_steps(context: int = 512) -> None:
     import time
 
     from bench.gpu_check.zoo import SHAPES as MODEL_SHAPES
-    from inference.model_io import ScheduledChunk
+    from inference.core.model_io import ScheduledChunk
 
     shape = {k: v for k, v in MODEL_SHAPES["qwen3-0.6b"].items() if k != "kind"}
     results: dict[str, dict[int, float]] = {}

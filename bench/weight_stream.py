@@ -79,9 +79,9 @@ def linear_runner(fmt: str, batch: int) -> Callable[[], object]:
 
 
 def load_default() -> Any:
-    from inference.loader import load_model
     from inference.models.layers import Linear
     from inference.models.linear_method import PackedMethod, TileMethod
+    from inference.models.loader import load_model
 
     model = load_model("default", dtype="bfloat16", device="cpu").model
     dense_bf16 = (PackedMethod, TileMethod)

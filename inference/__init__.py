@@ -36,9 +36,9 @@ from inference.api import (
 # Torch-side names -> their modules. Not imported even under TYPE_CHECKING: the contract's import graph
 # must not reach torch at all, so the type checker sees these as Any through this package.
 _LAZY = {
-    "AsyncEngine": "inference.async_engine",
-    "LLMEngine": "inference.engine",
-    "ModelManager": "inference.manager",
+    "AsyncEngine": "inference.frontends.local.async_engine",
+    "LLMEngine": "inference.core.engine",
+    "ModelManager": "inference.manager.model_manager",
 }
 
 

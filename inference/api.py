@@ -9,7 +9,7 @@ that do need torch (AsyncEngine, ModelManager) are built by the web app's compos
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,6 +27,8 @@ from inference.config import (
     EngineConfig,
     ModelConfig,
     SchedulerConfig,
+    fields_read_by,
+    settings_not_read,
 )
 from inference.errors import (
     EngineDeadError,
@@ -82,7 +84,7 @@ class Tokenizer(Protocol):
 class EngineClient(Protocol):
     """One loaded model's engine, as the web layer and the manager's reports use it.
 
-    Implemented by AsyncEngine (inference/async_engine.py) and by the web tests' FakeEngine. Read-only
+    Implemented by every front-end (inference/frontends/) and by the web tests' FakeEngine. Read-only
     properties here so an implementation may hold them as plain attributes.
     """
 
@@ -152,9 +154,31 @@ class EngineClient(Protocol):
     def stats(self) -> EngineStats: ...
 
 
+class ManagedEngine(EngineClient, Protocol):
+    """A front-end as the model manager drives it; every engine type implements it (inference/frontends/)."""
+
+    def set_on_death(self, callback: Callable[[Any], None]) -> None:
+        """Called (once, from the engine's side) when the engine can no longer serve."""
+        ...
+
+    def shutdown(self, *, drain_timeout: float = 0.0) -> None: ...
+
+    def stop_accepting(self) -> None:
+        """A restart's first step: new requests are refused, requests in flight go on."""
+        ...
+
+    def take_unstarted(self) -> builtins.list[Any]:
+        """Requests that never started, removed from this engine with their callers' streams."""
+        ...
+
+    def adopt(self, submission: Any) -> None:
+        """Run a request another engine of this type gave up (take_unstarted), on its caller's stream."""
+        ...
+
+
 class ModelManagerClient(Protocol):
-    """The model registry the web layer drives (inference.manager.ModelManager). Thread-safe; load,
-    unload and reconfigure block, so async code calls them via asyncio.to_thread."""
+    """The model registry the web layer drives (inference.manager.model_manager.ModelManager). Thread-safe;
+    load, unload and reconfigure block, so async code calls them via asyncio.to_thread."""
 
     default_name: str | None
     memory_budget_bytes: int | None
@@ -236,6 +260,7 @@ __all__ = [
     "InsufficientMemoryError",
     "LogitsProcessor",
     "Logprob",
+    "ManagedEngine",
     "ModelConfig",
     "ModelInfo",
     "ModelManagerClient",
@@ -253,4 +278,6 @@ __all__ = [
     "UnknownModelError",
     "UpstreamRejectedError",
     "UpstreamUnavailableError",
+    "fields_read_by",
+    "settings_not_read",
 ]

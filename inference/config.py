@@ -11,7 +11,7 @@ import os
 import types
 import typing
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +23,11 @@ DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 QUANTIZATIONS = ("none", "gguf")
 # Who runs the model: "native" is our engine in this process; "transformers" transformers' own
-# continuous batching in this process, for architectures ours lacks (inference.transformers_engine);
+# continuous batching in this process, for architectures ours lacks (inference.frontends.transformers.engine);
 # "openai" an existing server that speaks the OpenAI API (vLLM, SGLang, TGI, llama-server, Ollama)
-# at base_url (inference.remote_engine);
+# at base_url (inference.frontends.remote.engine);
 # "vllm", "sglang", "tgi" that engine's own server, started here as a supervised child process and then
-# reached as "openai" reaches one (inference.supervised_engine).
+# reached as "openai" reaches one (inference.frontends.supervised.engine).
 SUPERVISED_TYPES = ("vllm", "sglang", "tgi")
 IN_PROCESS_TYPES = ("native", "transformers")
 ENGINE_TYPES = (*IN_PROCESS_TYPES, "openai", *SUPERVISED_TYPES)
@@ -38,6 +38,42 @@ _IGNORED_KEYS = frozenset({"name", "aliases", "keep_alive", "keep_alive_seconds"
 _ALIASES = {"model_id": "model", "type": "engine_type"}
 # EngineConfig fields that only a remote engine (`openai` or a supervised type) reads.
 REMOTE_FIELDS = ("base_url", "api_key", "upstream_model", "request_timeout", *SERVER_FIELDS)
+
+
+# What each engine type reads. Every type reads the common settings; the rest are one type's own (a
+# supervised server gets its settings as flags: inference.frontends.supervised.process). `mooncake check`
+# refuses a setting written for a model whose type never reads it (settings_not_read).
+_COMMON_FIELDS = ("model", "engine_type", "max_model_len", "max_queue_len", "model_roots", "cache_dir")
+_TRANSFORMERS_FIELDS = (
+    *_COMMON_FIELDS,
+    *("dtype", "device", "seed", "cpu_threads", "kv_cache_memory_bytes", "gpu_memory_utilization"),
+    *("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching"),
+)
+_OPENAI_FIELDS = (*_COMMON_FIELDS, "base_url", "api_key", "upstream_model", "request_timeout")
+_SERVER_READS = ("upstream_model", "request_timeout", "dtype", "gpu_memory_utilization", "max_num_seqs")
+
+
+def fields_read_by(engine_type: str) -> frozenset[str]:
+    """The EngineConfig fields an engine of this type reads."""
+    if engine_type == "transformers":
+        return frozenset(_TRANSFORMERS_FIELDS)
+    if engine_type == "openai":
+        return frozenset(_OPENAI_FIELDS)
+    if engine_type in SUPERVISED_TYPES:
+        return frozenset((*_COMMON_FIELDS, *_SERVER_READS, *SERVER_FIELDS))
+    return frozenset(f.name for f in dataclasses.fields(EngineConfig)) - frozenset(REMOTE_FIELDS)
+
+
+def settings_not_read(config: EngineConfig, given: Iterable[str]) -> list[str]:
+    """Of the settings `given` for this model, those set to other than the default that its engine type
+    never reads: they would show in `mooncake check` as in force and change nothing."""
+    read = fields_read_by(config.engine_type)
+    defaults = EngineConfig()
+    return sorted(
+        name
+        for name in given
+        if name not in read and getattr(config, name) != getattr(defaults, name, None)
+    )
 
 
 # Defaults other layers size themselves by (the API refuses a request the queue could never hold).
@@ -153,7 +189,7 @@ class EngineConfig:
     # device sync).
     record_step_timings: bool = False
     # Schedule and launch step N+1 while step N runs on the device, its sampled ids feeding N+1 there
-    # (inference.async_step). None: on for CUDA, off on CPU (where the device work is synchronous).
+    # (inference.core.async_step). None: on for CUDA, off on CPU (where the device work is synchronous).
     async_scheduling: bool | None = None
     # "gguf": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
     quantization: str = "none"

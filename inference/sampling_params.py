@@ -1,7 +1,7 @@
 """SamplingParams: the OpenAI parameter set plus top_k, min_p and repetition_penalty, validated.
 
 Torch-free (part of the web layer's contract, inference.api): tensors built from these values, such as
-logit_bias's, belong to the engine side (inference/sequence.py).
+logit_bias's, belong to the engine side (inference/core/sequence.py).
 """
 
 from __future__ import annotations

@@ -26,12 +26,12 @@ SLOWEST_FIRST = (
     "tests/webapp/test_openai_engine.py",
     "tests/webapp/test_phone_layout.py",
     "tests/webapp/api/test_conformance.py",
-    "tests/inference/test_engine_real.py",
+    "tests/inference/core/test_engine_real.py",
     # and in the unit step, where most files take seconds:
-    "tests/inference/test_kernel_build.py",
-    "tests/inference/test_fused_decode.py",
+    "tests/inference/models/test_kernel_build.py",
+    "tests/inference/models/test_fused_decode.py",
     "tests/webapp/core/test_cli.py",
-    "tests/inference/test_triton_attention.py",
+    "tests/inference/models/test_triton_attention.py",
     "tests/webapp/core/test_model_list.py",
 )
 _SCOPES = {path: "models-list-server" for path in MODELS_LIST_SUITES}

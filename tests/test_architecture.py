@@ -293,3 +293,56 @@ def test_the_web_layer_builds_sampling_params_in_one_place() -> None:
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "SamplingParams":
                 builders.append(f"{module}:{node.lineno}")
     assert [where.split(":")[0] for where in builders] == ["webapp.core.sampling"], builders
+
+
+# The engine's layers: the contract and shared settings at the top of inference/, then models (architectures
+# and weights), core (the step loop), the front-ends that serve a model, and the manager over them.
+LAYERS = {
+    "inference.models": ("inference.core", "inference.frontends", "inference.manager"),
+    "inference.core": ("inference.frontends", "inference.manager"),
+    "inference.frontends": ("inference.manager",),
+}
+# A front-end built on another: a supervised server is served as a remote one once it is up.
+FRONTEND_BASES = {"inference.frontends.supervised": ("inference.frontends.remote",)}
+
+
+def _package_of(module: str, packages: Iterable[str]) -> str | None:
+    return next((p for p in packages if module == p or module.startswith(p + ".")), None)
+
+
+def test_engine_layers_import_downwards_only() -> None:
+    bad = []
+    for imp in import_graph(["inference"]):
+        layer = _package_of(imp.source, LAYERS)
+        if layer and _package_of(imp.target, LAYERS[layer]):
+            bad.append(f"{imp.where()} ({layer}) imports {imp.target}")
+    assert not bad, "an engine layer imports one above it:\n" + "\n".join(bad)
+
+
+def test_front_ends_do_not_import_one_another() -> None:
+    modules = source_files(["inference"])
+    front_ends = sorted(
+        {".".join(m.split(".")[:3]) for m in modules if m.count(".") >= 3 and ".frontends." in m}
+    )
+    bad = []
+    for imp in import_graph(["inference"]):
+        source, target = _package_of(imp.source, front_ends), _package_of(imp.target, front_ends)
+        if source and target and source != target and target not in FRONTEND_BASES.get(source, ()):
+            bad.append(f"{imp.where()} imports {imp.target}")
+    assert front_ends, "no front-end packages found under inference/frontends"
+    assert not bad, "front-ends share code through inference/frontends' own modules:\n" + "\n".join(bad)
+
+
+def test_the_web_layer_reaches_the_engine_through_the_contract_registry_and_manager() -> None:
+    """Engine types are chosen by inference.frontends.registry; the web app never names a front-end, the
+    core or a model module, so a new engine type or architecture changes nothing in webapp/."""
+    allowed = ("inference.api", "inference.metrics", "inference.frontends.registry", "inference.manager")
+    bad = [
+        f"{imp.where()} imports {imp.target}"
+        for imp in import_graph(["webapp", "inference"])
+        if imp.source.startswith("webapp.")
+        and imp.target.startswith("inference")
+        and imp.target != "inference"
+        and not _package_of(imp.target, allowed)
+    ]
+    assert not bad, "the web layer imports engine internals:\n" + "\n".join(bad)

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from inference.attention.base import AttentionBackend
-from inference.gguf_blocks import GGUFBlocks, Q4Blocks
-from inference.kv_cache import KVCacheSpec
 from inference.models.args import ModelArgs
+from inference.models.attention.base import AttentionBackend
+from inference.models.gguf_blocks import GGUFBlocks, Q4Blocks
+from inference.models.kv_cache import KVCacheSpec
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
 from inference.models.linear_method import DENSE, LinearMethod, LinearPlan, choose_method
 from inference.models.rotary import RotaryEmbedding, apply_rotary

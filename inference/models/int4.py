@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from inference.gguf_blocks import GROUP, Q4Blocks
+from inference.models.gguf_blocks import GROUP, Q4Blocks
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from inference.gguf_blocks import Q4Blocks, Q8Blocks
+from inference.models.gguf_blocks import Q4Blocks, Q8Blocks
 from inference.models.int4 import Int4Weight, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
 from inference.models.q4_decode import DecodeWeight, Q4Kernel, decode_weight, eligible, matches

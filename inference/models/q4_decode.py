@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from inference.gguf_blocks import GROUP, Q4Blocks, Q8Blocks
+from inference.models.gguf_blocks import GROUP, Q4Blocks, Q8Blocks
 from inference.models.native import load_library
 
 logger = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
-from inference.engine import LLMEngine
-from inference.model_io import InFlightIds, ScheduledChunk, StepLogits
+from inference.core.engine import LLMEngine
+from inference.core.model_io import InFlightIds, ScheduledChunk, StepLogits
+from inference.frontends.local.async_engine import AsyncEngine
 
 EOS = 256
 VOCAB = 260

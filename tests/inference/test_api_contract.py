@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from inference.api import EngineClient, ModelManagerClient
-from inference.async_engine import AsyncEngine
-from inference.manager import ModelManager
+from inference.frontends.local.async_engine import AsyncEngine
+from inference.manager.model_manager import ModelManager
 from tests.inference.fakes import fake_engine
 from tests.webapp.fake_engine import FakeEngine
 
@@ -35,7 +35,7 @@ def test_the_package_loads_its_torch_side_only_when_asked() -> None:
         "import sys, inference\n"
         "inference.SamplingParams, inference.EngineConfig, inference.EngineError\n"
         "assert 'torch' not in sys.modules\n"
-        "assert inference.AsyncEngine.__module__ == 'inference.async_engine'\n"
+        "assert inference.AsyncEngine.__module__ == 'inference.frontends.local.async_engine'\n"
         "assert 'torch' in sys.modules\n"
     )
 

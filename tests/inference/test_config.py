@@ -80,3 +80,17 @@ def test_gpu_settings_from_yaml_strings():
     assert EngineConfig().enforce_eager is False  # CUDA graphs on by default
     with pytest.raises(ValueError, match="enforce_eager"):
         EngineConfig.from_dict({"enforce_eager": "sometimes"})
+
+
+def test_each_engine_type_reads_its_own_settings_and_check_names_the_rest() -> None:
+    from inference.config import ENGINE_TYPES, REMOTE_FIELDS, fields_read_by, settings_not_read
+
+    for kind in ENGINE_TYPES:
+        assert {"model", "max_model_len", "max_queue_len"} <= fields_read_by(kind)
+    assert not fields_read_by("native") & set(REMOTE_FIELDS)
+    assert "block_size" not in fields_read_by("transformers")  # transformers pages its own cache
+    assert {"tensor_parallel_size", "gpu_memory_utilization", "max_num_seqs"} <= fields_read_by("vllm")
+    remote = EngineConfig(engine_type="openai", base_url="http://h:1/v1", dtype="bfloat16", seed=0)
+    # dtype is set and never read (the weights are upstream); seed is given but equals the default.
+    assert settings_not_read(remote, ["dtype", "seed", "base_url"]) == ["dtype"]
+    assert settings_not_read(EngineConfig(block_size=32), ["block_size"]) == []

@@ -1,6 +1,6 @@
 """engine.type and the `openai` engine's settings: validated with errors that name the key; the request
-body and error mapping of inference.upstream, without a server (tests/webapp/test_openai_engine.py runs
-one)."""
+body and error mapping of inference.frontends.remote.upstream, without a server
+(tests/webapp/test_openai_engine.py runs one)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from inference import EngineConfig, SamplingParams
 from inference.errors import UpstreamRejectedError, UpstreamUnavailableError
-from inference.remote_outputs import ChoiceState, request_output
-from inference.upstream import completion_body, error_for_status, parse_logprobs
+from inference.frontends.remote.outputs import ChoiceState, request_output
+from inference.frontends.remote.upstream import completion_body, error_for_status, parse_logprobs
 
 UPSTREAM = {"type": "openai", "base_url": "http://vllm:8000/v1"}
 

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from inference.sampler import Sampler
+from inference.core.sampler import Sampler
+from inference.core.sequence import Sequence
 from inference.sampling_params import (
     MAX_INT32,
     MAX_LOGIT_BIAS,
@@ -19,7 +20,6 @@ from inference.sampling_params import (
     SEED_RANGE,
     SamplingParams,
 )
-from inference.sequence import Sequence
 
 NAN, INF = math.nan, math.inf
 

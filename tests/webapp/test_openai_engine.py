@@ -19,8 +19,8 @@ import pytest
 
 from inference import EngineConfig, SamplingParams
 from inference.errors import UpstreamUnavailableError
-from inference.remote_engine import RemoteEngine
-from inference.upstream import Upstream
+from inference.frontends.remote.engine import RemoteEngine
+from inference.frontends.remote.upstream import Upstream
 from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 
 pytestmark = pytest.mark.slow

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError
 
+from inference.api import settings_not_read
 from webapp.core.config import MooncakeSettings, Sourced
 from webapp.core.engine import resolve_builtin_engine
 from webapp.core.engine_config import ResolvedEngine
@@ -78,6 +79,18 @@ def _engine_section(report: Report, title: str, resolve: Callable[[], ResolvedEn
     missing = not_installed_problem(resolved.config)  # a server Mooncake would start, not installed here
     if missing is not None:
         report.problems.append(missing)
+    # Written for this model (the environment's engine variables apply to every model, so they are not).
+    given = [name for name, sourced in resolved.sources.items() if sourced.source in ("yaml", "console")]
+    unread = settings_not_read(resolved.config, given)
+    if unread:
+        origins = ", ".join(resolved.sources[name].describe() for name in unread)
+        kind = resolved.config.engine_type
+        report.problems.append(
+            f"{title.split(' (')[0].removeprefix('engine: ')}: {', '.join(unread)} "
+            f"{'does' if len(unread) == 1 else 'do'} not apply to engine type {kind!r}, which never reads "
+            f"{'it' if len(unread) == 1 else 'them'} (set in {origins}); remove "
+            f"{'it' if len(unread) == 1 else 'them'}"
+        )
 
 
 def _model_sources(report: Report) -> None:

@@ -8,18 +8,15 @@ and Celery workers, which never run models, start without it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from django.conf import settings
 
-from inference.api import SUPERVISED_TYPES, EngineClient, EngineConfig, ModelManagerClient
+from inference.api import EngineClient, EngineConfig, ManagedEngine, ModelManagerClient
 from webapp.core.engine_config import ResolvedEngine, base_layers, merge_layers, resolve_engine
 from webapp.core.engine_servers import server_executable
 from webapp.core.hub_models import hub_engine_factory
 from webapp.core.model_list import DEFAULT_MODEL_NAME, ListedModel, listed_models, served_model_name
-
-if TYPE_CHECKING:
-    from inference.async_engine import AsyncEngine
 
 __all__ = ["DEFAULT_MODEL_NAME", "build_manager", "resolve_builtin_engine", "served_model_name"]
 
@@ -46,35 +43,21 @@ def build_engine_config(mooncake: dict[str, dict[str, Any]]) -> EngineConfig:
     return resolve_builtin_engine(mooncake).config
 
 
-def start_engine(config: EngineConfig) -> AsyncEngine:
-    """The engine `engine.type` names: ours in this process, or a remote OpenAI-compatible server."""
+def start_engine(config: EngineConfig) -> ManagedEngine:
+    """The engine `engine.type` names (inference.frontends.registry), with what only this process knows:
+    where a supervised server's command is (or how to install it) and where its log goes."""
     # Function-local on purpose: this is where the web app builds the engine side (torch); see the docstring.
-    from inference.async_engine import AsyncEngine
-    from inference.remote_engine import RemoteEngine
+    from inference.frontends.registry import EngineHost, start
 
-    if config.engine_type == "openai":
-        # The manager is typed by the native engine; RemoteEngine offers all it calls on one (shutdown,
-        # stats, set_on_death and the restart primitives).
-        return cast("AsyncEngine", RemoteEngine.start(config))
-    if config.engine_type == "transformers":
-        from inference.transformers_engine import TransformersEngine
-
-        return cast("AsyncEngine", TransformersEngine.start(config))
-    if config.engine_type in SUPERVISED_TYPES:
-        from inference.supervised_engine import SupervisedEngine
-
-        # The engine reads no environment: the command is found here (or the load fails saying how to
-        # install it), and the server's log goes under the data directory.
-        executable = server_executable(config)
-        engine = SupervisedEngine.start(config, executable=executable, log_dir=settings.DATA_DIR / "engines")
-        return cast("AsyncEngine", engine)
-    return AsyncEngine.start(config)
+    return start(
+        config, EngineHost(log_dir=settings.DATA_DIR / "engines", server_executable=server_executable)
+    )
 
 
 def build_manager(*, on_loaded: Callable[[EngineClient], None]) -> ModelManagerClient:
     """The manager with mooncake.yaml's models registered, in order, and its default model the default
     (the console's come at start). The default also answers to "default"."""
-    from inference.manager import ModelManager  # function-local: see start_engine
+    from inference.manager.model_manager import ModelManager  # function-local: see start_engine
 
     budget = settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
     # A hub id is fetched inside the load (the model reads "downloading"), so the server starts at once.

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from inference.api import ModelManagerClient
-from inference.memory_plan import Footprint, MemoryPlan, plan_memory
+from inference.manager.memory_plan import Footprint, MemoryPlan, plan_memory
 from webapp.core.engine_config import base_layers, resolve_engine
 from webapp.core.model_list import is_list, listed_models, source_of
 from webapp.core.modelpaths import check_source
@@ -32,7 +32,7 @@ def plan_listed(
 ) -> MemoryPlan:
     """Plan mooncake.yaml's models (those in `names`, if given) in the file's order."""
     # Function-local: reading a size needs the gguf reader, probing the device needs torch.
-    from inference.footprint import DeviceFacts, estimate, probe_device, read_shape
+    from inference.manager.footprint import DeviceFacts, estimate, probe_device, read_shape
 
     footprints: list[Footprint] = []
     device: DeviceFacts | None = None

@@ -84,8 +84,8 @@ def test_check_hides_the_key_and_console_models_stay_native(db: None, settings: 
 
 def test_the_composition_root_picks_the_engine_by_type(monkeypatch: pytest.MonkeyPatch) -> None:
     from inference import EngineConfig
-    from inference.async_engine import AsyncEngine
-    from inference.remote_engine import RemoteEngine
+    from inference.frontends.local.async_engine import AsyncEngine
+    from inference.frontends.remote.engine import RemoteEngine
     from webapp.core.engine import start_engine
 
     started: list[str] = []

@@ -65,6 +65,26 @@ def test_check_is_quiet_once_the_command_is_on_path(
     assert server_executable(EngineConfig(engine_type="vllm")) == str(empty_path / "vllm")
 
 
+@pytest.mark.database
+def test_check_refuses_settings_the_engine_type_never_reads(
+    db: None, settings: Any, tmp_path: Path, empty_path: Path
+) -> None:
+    install(empty_path, "vllm", tmp_path / "argv.jsonl")
+    extra = "max_num_seqs: 16, block_size: 32, max_num_batched_tokens: 8192, max_step_latency_ms: 100}"
+    _use(settings, tmp_path, GUIDE.replace("max_num_seqs: 16}", extra))
+    problems = config_report().problems
+    unread = [p for p in problems if "never reads" in p]
+    # block_size and max_num_batched_tokens are ours alone: vLLM's server never gets them. A value equal
+    # to the default (max_step_latency_ms) changes nothing either way and is let be.
+    assert len(unread) == 1, problems
+    assert unread[0].endswith(
+        ": block_size, max_num_batched_tokens do not apply to engine type 'vllm', which never reads them "
+        "(set in yaml (engine.block_size), yaml (engine.max_num_batched_tokens)); remove them"
+    )
+    _use(settings, tmp_path, GUIDE)
+    assert not any("never reads" in p for p in config_report().problems)
+
+
 def test_each_type_says_how_to_install_it(empty_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
@@ -90,7 +110,7 @@ def test_start_fails_with_the_install_hint(settings: Any, empty_path: Path) -> N
 def test_the_composition_root_starts_the_supervised_engine(
     settings: Any, tmp_path: Path, empty_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from inference.supervised_engine import SupervisedEngine
+    from inference.frontends.supervised.engine import SupervisedEngine
 
     stand_in = install(tmp_path, "my-vllm", tmp_path / "argv.jsonl")
     started: list[tuple[str, Path]] = []

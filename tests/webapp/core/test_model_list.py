@@ -134,7 +134,7 @@ def test_the_manager_registers_every_listed_model_in_order(settings: Any, tmp_pa
 
 def test_the_bundled_model_is_estimated_from_its_header() -> None:
     from inference.config import EngineConfig
-    from inference.footprint import DeviceFacts, estimate, read_shape
+    from inference.manager.footprint import DeviceFacts, estimate, read_shape
     from webapp.core.modelpaths import default_model_file
 
     path = default_model_file()

@@ -1,0 +1,1 @@
+"""transformers' own continuous batching, for architectures our engine does not run natively."""

@@ -1,0 +1,144 @@
+"""A model's memory estimated from its files, before loading it: what manager.memory_plan plans with.
+
+Reads only headers (a GGUF's metadata, config.json and safetensors headers), never the weights. The sizes
+follow what the loader and the model runner will allocate: weights in the configured dtype, and the KV
+cache as ModelRunner sizes it (kv_cache.cpu_kv_budget on CPU; on a GPU at least one full-length request).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from inference.config import EngineConfig
+from inference.manager.memory_plan import Footprint
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Mirrors inference.models.kv_cache's CPU default (kept torch-free here).
+CPU_KV_CAP_BYTES = 2 << 30
+CPU_KV_RAM_FRACTION = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    num_params: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    context_length: int
+    file_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFacts:
+    """Where the models will run: the device's memory and what dtype "auto" means there."""
+
+    kind: str  # "cpu" or "cuda"
+    total_bytes: int  # the GPU's memory, or the machine's RAM
+    available_bytes: int  # free now
+    auto_dtype_bytes: int
+
+
+def probe_device(device: str = "auto") -> DeviceFacts:
+    """The device EngineConfig.device resolves to (imports torch; on a GPU, initialises CUDA)."""
+    import psutil
+    import torch
+
+    from inference.device import fast_bf16_cpu
+
+    ram = psutil.virtual_memory()
+    if device != "cpu" and torch.cuda.is_available():
+        index = torch.device(device if device.startswith("cuda") else "cuda").index or 0
+        free, total = torch.cuda.mem_get_info(index)
+        return DeviceFacts("cuda", int(total), int(free), 2)  # "auto": bf16 or fp16, 2 bytes either way
+    auto = 2 if fast_bf16_cpu() else 4
+    return DeviceFacts("cpu", int(ram.total), int(ram.available), auto)
+
+
+def read_shape(path: Path) -> ModelShape:
+    """The parameter count and KV geometry of a .gguf file or a Hugging Face folder."""
+    if path.is_file():
+        return _gguf_shape(path)
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    context = int(config.get("max_position_embeddings", 2048))
+    window = config.get("sliding_window")
+    if window and config.get("use_sliding_window", True) is not False:
+        context = min(context, int(window))
+    files = sorted(path.glob("*.safetensors"))
+    return ModelShape(
+        num_params=sum(_safetensors_params(f) for f in files),
+        num_layers=int(config["num_hidden_layers"]),
+        num_kv_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=head_dim,
+        context_length=context,
+        file_bytes=sum(f.stat().st_size for f in files),
+    )
+
+
+def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, device: DeviceFacts) -> Footprint:
+    """What `config` will take on `device`: weights in its dtype, and its KV cache as the runner sizes it."""
+    elem = DTYPE_BYTES.get(config.dtype, device.auto_dtype_bytes)
+    # quantization "gguf" keeps the file's 4-bit blocks as the weights.
+    weights = shape.file_bytes if config.quantization == "gguf" else shape.num_params * elem
+    per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * elem
+    length = min(config.max_model_len or shape.context_length, shape.context_length)
+    one_request = math.ceil(length / config.block_size) * config.block_size * per_token
+    base = Footprint(
+        name=name,
+        key=key,
+        weights_bytes=weights,
+        kv_bytes=one_request,
+        kv_bytes_per_token=per_token,
+        max_model_len=length,
+        block_size=config.block_size,
+    )
+    explicit = config.kv_cache_memory_bytes
+    if device.kind == "cuda":
+        ceiling = int(device.total_bytes * config.gpu_memory_utilization)
+        if explicit is not None:
+            return replace(base, kv_bytes=explicit, kv_sequences=0, ceiling_bytes=ceiling)
+        return replace(base, ceiling_bytes=ceiling, fills_ceiling=True)
+    if explicit is not None:
+        return replace(base, kv_bytes=explicit, kv_sequences=0)
+    cap = min(CPU_KV_CAP_BYTES, int(device.total_bytes * CPU_KV_RAM_FRACTION))
+    kv = min(cap, config.max_num_seqs * one_request)
+    return replace(base, kv_bytes=kv, kv_sequences=config.max_num_seqs)
+
+
+def _gguf_shape(path: Path) -> ModelShape:
+    from inference.models.gguf_file import GGUFFile
+
+    reader = GGUFFile(path)
+
+    def field(name: str, default: int | None = None) -> int:
+        found = reader.field(name)
+        if found is None:
+            if default is None:
+                raise ValueError(f"{path.name}: GGUF metadata {name} is missing")
+            return default
+        return int(found)
+
+    arch = str(reader.field("general.architecture", "llama"))
+    heads = field(f"{arch}.attention.head_count")
+    head_dim = field(f"{arch}.attention.key_length", field(f"{arch}.embedding_length") // heads)
+    return ModelShape(
+        num_params=sum(t.n_elements for t in reader.tensors),
+        num_layers=field(f"{arch}.block_count"),
+        num_kv_heads=field(f"{arch}.attention.head_count_kv", heads),
+        head_dim=head_dim,
+        context_length=field(f"{arch}.context_length", 2048),
+        file_bytes=path.stat().st_size,
+    )
+
+
+def _safetensors_params(path: Path) -> int:
+    """Elements in one safetensors file, from its JSON header (8-byte little-endian length, then JSON)."""
+    with path.open("rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(length))
+    return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")

