@@ -70,9 +70,7 @@ def settings_not_read(config: EngineConfig, given: Iterable[str]) -> list[str]:
     read = fields_read_by(config.engine_type)
     defaults = EngineConfig()
     return sorted(
-        name
-        for name in given
-        if name not in read and getattr(config, name) != getattr(defaults, name, None)
+        name for name in given if name not in read and getattr(config, name) != getattr(defaults, name, None)
     )
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
@@ -37,12 +38,11 @@ class ModelSourceError(ValueError):
 
 
 @dataclass
-class LoadedModel:
-    model: torch.nn.Module
-    hf_config: PretrainedConfig
-    tokenizer: PreTrainedTokenizerBase
-    model_dir: Path
-    source: str
+class LoadedWeights:
+    """A model loaded in this process, as its engine and the console describe it (every in-process type)."""
+
+    model: Any
+    tokenizer: Any
     architecture: str
     dtype: torch.dtype
     device: torch.device
@@ -50,6 +50,17 @@ class LoadedModel:
     size_on_disk: int
     context_length: int
     eos_token_ids: set[int]
+
+
+@dataclass
+class LoadedModel(LoadedWeights):
+    """Ours: the weights in our model classes, with the HF config and the folder they were read from."""
+
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    hf_config: PretrainedConfig
+    model_dir: Path
+    source: str
     # The native CPU kernels (csrc/) are loaded for this model: prompt attention may use them too.
     native_kernels: bool = False
 

@@ -28,9 +28,10 @@ from inference.frontends.transformers.batching import (
     request_kwargs,
 )
 from inference.frontends.transformers.choices import TransformersChoice, request_output
-from inference.frontends.transformers.loader import TransformersModel, load_transformers_model
+from inference.frontends.transformers.loader import load_transformers_model
 from inference.frontends.transformers.router import BatchingRunner, Route, deliver
 from inference.metrics import EngineStats, MetricsCollector
+from inference.models.loader import LoadedWeights
 from inference.outputs import RequestMetrics, RequestOutput
 from inference.sampling_params import SamplingParams
 from inference.status import EngineHealth
@@ -43,7 +44,7 @@ _ABORTED = object()  # abort() was called: the request ends with finish reason "
 class TransformersEngine(FrontEnd):
     restarted_as = "on the transformers engine"
 
-    def __init__(self, config: EngineConfig, loaded: TransformersModel) -> None:
+    def __init__(self, config: EngineConfig, loaded: LoadedWeights) -> None:
         super().__init__()
         self.config = config
         self.model_name = config.model

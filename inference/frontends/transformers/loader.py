@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,27 +19,20 @@ from inference.cache_dir import DEFAULT_CACHE_DIR, ensure_private_dir
 from inference.config import EngineConfig
 from inference.device import cpu_thread_count, resolve_device, resolve_dtype
 from inference.models.gguf_convert import ensure_converted
-from inference.models.loader import ModelSourceError, _eos_token_ids, _size_on_disk, resolve_source
+from inference.models.loader import (
+    LoadedWeights,
+    ModelSourceError,
+    _eos_token_ids,
+    _size_on_disk,
+    resolve_source,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT = 4096  # a config naming no context length
 
 
-@dataclass(slots=True)
-class TransformersModel:
-    model: Any  # a transformers PreTrainedModel with the continuous-batching mixin
-    tokenizer: Any
-    architecture: str
-    dtype: torch.dtype
-    device: torch.device
-    num_params: int
-    size_on_disk: int
-    context_length: int
-    eos_token_ids: set[int]
-
-
-def load_transformers_model(config: EngineConfig) -> TransformersModel:
+def load_transformers_model(config: EngineConfig) -> LoadedWeights:
     started = time.monotonic()
     path = resolve_source(config.model, model_roots=config.model_roots)
     if path.is_file():  # a GGUF: transformers reads the folder our converter makes once
@@ -72,7 +64,7 @@ def load_transformers_model(config: EngineConfig) -> TransformersModel:
         device,
         time.monotonic() - started,
     )
-    return TransformersModel(
+    return LoadedWeights(
         model=model,
         tokenizer=tokenizer,
         architecture=architecture,
