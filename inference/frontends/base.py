@@ -1,6 +1,6 @@
 """What every front-end does alike: the chat template and tokenizing through one TextProcessor, the start
-of a request (its id, the accepting check, the prompt's ids), draining on shutdown, and the restart
-primitives of an engine that keeps no queue of its own.
+of a request (its id, the accepting check, the prompt's ids), its choices as one RequestOutput, draining
+on shutdown, and the restart primitives of an engine that keeps no queue of its own.
 
 The local front-end (our engine) keeps its own queue, so it overrides expect, the restart primitives and
 the request start; the others take these as they are.
@@ -16,6 +16,26 @@ from typing import Any
 
 from inference.core.tokenization import TextProcessor
 from inference.errors import EngineDeadError
+from inference.outputs import CompletionOutput, RequestMetrics, RequestOutput
+
+
+def request_output(
+    request_id: str,
+    prompt: str | None,
+    prompt_ids: list[int],
+    outputs: list[CompletionOutput],
+    metrics: RequestMetrics,
+) -> RequestOutput:
+    """A request's choices so far as one RequestOutput; finished once every choice is."""
+    return RequestOutput(
+        request_id=request_id,
+        prompt=prompt,
+        prompt_token_ids=prompt_ids,
+        prompt_logprobs=None,  # only our engine computes them
+        outputs=outputs,
+        finished=all(o.finish_reason is not None for o in outputs),
+        metrics=metrics,
+    )
 
 
 class FrontEnd:

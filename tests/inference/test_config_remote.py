@@ -8,7 +8,7 @@ import pytest
 
 from inference import EngineConfig, SamplingParams
 from inference.errors import UpstreamRejectedError, UpstreamUnavailableError
-from inference.frontends.remote.outputs import ChoiceState, request_output
+from inference.frontends.remote.outputs import ChoiceState
 from inference.frontends.remote.upstream import completion_body, error_for_status, parse_logprobs
 
 UPSTREAM = {"type": "openai", "base_url": "http://vllm:8000/v1"}
@@ -153,5 +153,7 @@ def test_a_choice_finishes_when_its_stream_ends_with_the_upstream_count() -> Non
     assert choice.finish_reason is None  # held: the usage event comes after
     choice.apply({"choices": [], "usage": {"completion_tokens": 3}}, _Chars(), {2}, logprobs=None)
     assert choice.apply({"done": True}, _Chars(), {2}, logprobs=None)
-    out = request_output("r", [1], [choice], 0.0, logprobs=False).outputs[0]
+    out = choice.output(logprobs=False)
     assert (out.text, out.token_ids, out.finish_reason) == ("ab", [97, 98, 2], "stop")  # the EOS left no text
+    assert (out.delta_text, out.delta_token_ids) == ("ab", [97, 98, 2])
+    assert choice.output(logprobs=False).delta_token_ids == []  # what was sent is not sent again

@@ -22,13 +22,13 @@ from inference.config import EngineConfig
 from inference.core.prompt_check import check_prompt
 from inference.core.tokenization import TextProcessor
 from inference.errors import UpstreamUnavailableError
-from inference.frontends.base import FrontEnd
+from inference.frontends.base import FrontEnd, request_output
 from inference.frontends.remote.health import UpstreamHealth
-from inference.frontends.remote.outputs import ChoiceState, request_output
+from inference.frontends.remote.outputs import ChoiceState
 from inference.frontends.remote.upstream import Upstream, completion_body
 from inference.metrics import EngineStats, MetricsCollector
 from inference.models.tokenizer_source import TokenizerSource, load_tokenizer_source
-from inference.outputs import RequestOutput
+from inference.outputs import RequestMetrics, RequestOutput
 from inference.sampling_params import SamplingParams
 from inference.status import EngineHealth
 
@@ -117,7 +117,8 @@ class RemoteEngine(FrontEnd):
                 if first_token is None and choice.token_ids:
                     first_token = time.time()
                 self.health_monitor.mark_up()
-                yield request_output(request_id, ids, choices, arrival, logprobs=params.logprobs is not None)
+                outputs = [c.output(logprobs=params.logprobs is not None) for c in choices]
+                yield request_output(request_id, None, ids, outputs, RequestMetrics(arrival_time=arrival))
         except UpstreamUnavailableError as exc:
             self.health_monitor.mark_down(str(exc))
             raise

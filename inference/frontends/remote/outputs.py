@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.frontends.remote.upstream import parse_logprobs
-from inference.outputs import CompletionOutput, FinishReason, RequestMetrics, RequestOutput, TokenLogprobs
+from inference.outputs import CompletionOutput, FinishReason, TokenLogprobs
 
 _FINISH: dict[str, FinishReason] = {"length": "length", "abort": "abort"}  # anything else ends as "stop"
 
@@ -56,35 +56,20 @@ class ChoiceState:
                 self.stop_reason = stop if isinstance(stop, str | int) else None
         return changed
 
-
-def request_output(
-    request_id: str, prompt_ids: list[int], choices: list[ChoiceState], arrival: float, *, logprobs: bool
-) -> RequestOutput:
-    """The request as one RequestOutput: every choice, its deltas being what is new since the last one."""
-    outputs = []
-    for c in choices:
-        outputs.append(
-            CompletionOutput(
-                index=c.index,
-                text=c.text,
-                token_ids=list(c.token_ids),
-                delta_text=c.text[c.sent_chars :],
-                delta_token_ids=c.token_ids[c.sent_ids :],
-                logprobs=list(c.logprobs) if logprobs else None,
-                finish_reason=c.finish_reason,
-                stop_reason=c.stop_reason,
-            )
+    def output(self, *, logprobs: bool) -> CompletionOutput:
+        """This choice with the deltas since the previous call; marks what it reports as sent."""
+        output = CompletionOutput(
+            index=self.index,
+            text=self.text,
+            token_ids=list(self.token_ids),
+            delta_text=self.text[self.sent_chars :],
+            delta_token_ids=self.token_ids[self.sent_ids :],
+            logprobs=list(self.logprobs) if logprobs else None,
+            finish_reason=self.finish_reason,
+            stop_reason=self.stop_reason,
         )
-        c.sent_chars, c.sent_ids = len(c.text), len(c.token_ids)
-    return RequestOutput(
-        request_id=request_id,
-        prompt=None,
-        prompt_token_ids=prompt_ids,
-        prompt_logprobs=None,
-        outputs=outputs,
-        finished=all(c.finish_reason is not None for c in choices),
-        metrics=RequestMetrics(arrival_time=arrival),
-    )
+        self.sent_chars, self.sent_ids = len(self.text), len(self.token_ids)
+        return output
 
 
 def _fitted(ids: list[int], count: int, eos_token_ids: set[int]) -> list[int]:

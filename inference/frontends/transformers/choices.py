@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.core.detokenizer import IncrementalDetokenizer
-from inference.outputs import CompletionOutput, FinishReason, RequestMetrics, RequestOutput
+from inference.outputs import CompletionOutput, FinishReason
 from inference.sampling_params import SamplingParams
 
 
@@ -83,22 +83,3 @@ class TransformersChoice:
             finish_reason=self.finish_reason,
             stop_reason=self.stop_reason,
         )
-
-
-def request_output(
-    request_id: str,
-    prompt: str | None,
-    prompt_ids: list[int],
-    choices: list[TransformersChoice],
-    metrics: RequestMetrics,
-) -> RequestOutput:
-    outputs = [choice.output() for choice in choices]
-    return RequestOutput(
-        request_id=request_id,
-        prompt=prompt,
-        prompt_token_ids=prompt_ids,
-        prompt_logprobs=None,
-        outputs=outputs,
-        finished=all(o.finish_reason is not None for o in outputs),
-        metrics=metrics,
-    )

@@ -19,7 +19,7 @@ from inference.config import EngineConfig
 from inference.core.prompt_check import check_prompt
 from inference.core.tokenization import TextProcessor
 from inference.errors import EngineDeadError, QueueFullError, RequestFailedError
-from inference.frontends.base import FrontEnd
+from inference.frontends.base import FrontEnd, request_output
 from inference.frontends.transformers.batching import (
     batching_config,
     check_sampling,
@@ -27,7 +27,7 @@ from inference.frontends.transformers.batching import (
     kv_bytes_per_token,
     request_kwargs,
 )
-from inference.frontends.transformers.choices import TransformersChoice, request_output
+from inference.frontends.transformers.choices import TransformersChoice
 from inference.frontends.transformers.loader import load_transformers_model
 from inference.frontends.transformers.router import BatchingRunner, Route, deliver
 from inference.metrics import EngineStats, MetricsCollector
@@ -132,7 +132,7 @@ class TransformersEngine(FrontEnd):
                         self._cancel([sub_ids[index]])  # a stop string: no need to sample on
                 if metrics.first_token_time is None and any(c.token_ids for c in choices):
                     metrics.first_token_time = time.time()
-                yield request_output(request_id, prompt_text, ids, choices, metrics)
+                yield request_output(request_id, prompt_text, ids, [c.output() for c in choices], metrics)
         finally:
             self._cancel(sub_ids)
             with self._lock:
