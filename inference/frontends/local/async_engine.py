@@ -32,8 +32,6 @@ __all__ = ["AsyncEngine", "EngineHealth", "Submission"]  # EngineHealth: re-expo
 
 
 class AsyncEngine(FrontEnd):
-    restarted_as = "on our engine"
-
     def __init__(self, engine: LLMEngine, *, admission: AdmissionGate | None = None) -> None:
         super().__init__()
         self.engine = engine
