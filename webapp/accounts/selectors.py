@@ -17,7 +17,9 @@ from webapp.core.limits import Limits
 
 @dataclass(frozen=True, slots=True)
 class UsageTotals:
-    date: dt.date
+    """Summed usage of one group of daily rows: a day (`key` is its ISO date), a user, a model, a source."""
+
+    key: str
     requests: int
     errors: int
     prompt_tokens: int
@@ -26,6 +28,40 @@ class UsageTotals:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def date(self) -> dt.date:
+        """The day, for totals grouped by day."""
+        return dt.date.fromisoformat(self.key)
+
+
+_SUMS = {
+    "requests": Sum("requests"),
+    "errors": Sum("errors"),
+    "prompt_tokens": Sum("prompt_tokens"),
+    "completion_tokens": Sum("completion_tokens"),
+}
+
+
+def usage_totals(rows: QuerySet[DailyUsage], *, by: str, newest_first: bool = False) -> list[UsageTotals]:
+    """`rows` summed per value of the field `by` ("date", "model", "user__username"...), in its order."""
+    grouped = rows.values(by).annotate(**_SUMS).order_by(f"-{by}" if newest_first else by)
+    return [
+        UsageTotals(
+            key=_label(item[by]),
+            requests=int(item["requests"] or 0),
+            errors=int(item["errors"] or 0),
+            prompt_tokens=int(item["prompt_tokens"] or 0),
+            completion_tokens=int(item["completion_tokens"] or 0),
+        )
+        for item in grouped
+    ]
+
+
+def _label(value: object) -> str:
+    if value is None or value == "":
+        return "(none)"
+    return value.isoformat() if isinstance(value, dt.date) else str(value)
 
 
 def api_key_get_active(*, secret: str) -> ApiKey | None:
@@ -83,29 +119,15 @@ def api_key_limits(*, api_key: ApiKey) -> Limits:
     return _merge(own, default_limits())
 
 
-def _totals(rows: QuerySet[DailyUsage]) -> list[UsageTotals]:
-    grouped = (
-        rows.values("date")
-        .annotate(r=Sum("requests"), e=Sum("errors"), p=Sum("prompt_tokens"), c=Sum("completion_tokens"))
-        .order_by("-date")
-    )
-    return [
-        UsageTotals(
-            date=g["date"], requests=g["r"], errors=g["e"], prompt_tokens=g["p"], completion_tokens=g["c"]
-        )
-        for g in grouped
-    ]
-
-
 def usage_daily_for_user(*, user: User, since: dt.date | None = None) -> list[UsageTotals]:
     """Per-day totals over all of a user's keys, newest first."""
     rows = DailyUsage.objects.filter(user=user)
-    return _totals(rows.filter(date__gte=since) if since else rows)
+    return usage_totals(rows.filter(date__gte=since) if since else rows, by="date", newest_first=True)
 
 
 def usage_daily_for_key(*, api_key: ApiKey, since: dt.date | None = None) -> list[UsageTotals]:
     rows = DailyUsage.objects.filter(api_key=api_key)
-    return _totals(rows.filter(date__gte=since) if since else rows)
+    return usage_totals(rows.filter(date__gte=since) if since else rows, by="date", newest_first=True)
 
 
 def usage_daily_all(*, since: dt.date | None = None) -> QuerySet[DailyUsage]:

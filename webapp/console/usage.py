@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import QuerySet, Sum
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from webapp.accounts.models import DailyUsage
+from webapp.accounts.selectors import UsageTotals, usage_totals
 
 DEFAULT_DAYS = 30
 _KEYS = {
@@ -26,12 +27,6 @@ _KEYS = {
     "group": "user__groups__name",
     "model": "model",
     "source": "source",
-}
-_SUMS = {
-    "requests": Sum("requests"),
-    "errors": Sum("errors"),
-    "prompt_tokens": Sum("prompt_tokens"),
-    "completion_tokens": Sum("completion_tokens"),
 }
 
 
@@ -57,28 +52,15 @@ class UsageQuery:
         return cls(start=start, end=end, by=by, **text)
 
 
-@dataclass(frozen=True, slots=True)
-class UsageRow:
-    key: str
-    requests: int
-    errors: int
-    prompt_tokens: int
-    completion_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
 @dataclass(slots=True)
 class UsageReport:
     query: UsageQuery
-    rows: list[UsageRow] = field(default_factory=list)
-    days: list[UsageRow] = field(default_factory=list)  # every day of the range, for the chart
+    rows: list[UsageTotals] = field(default_factory=list)
+    days: list[UsageTotals] = field(default_factory=list)  # every day of the range, for the chart
 
     @property
-    def total(self) -> UsageRow:
-        return UsageRow(
+    def total(self) -> UsageTotals:
+        return UsageTotals(
             key="total",
             requests=sum(r.requests for r in self.days),
             errors=sum(r.errors for r in self.days),
@@ -100,27 +82,7 @@ def _rows(query: UsageQuery) -> QuerySet[DailyUsage]:
     return rows
 
 
-def _grouped(rows: QuerySet[DailyUsage], key: str) -> list[UsageRow]:
-    grouped = rows.values(key).annotate(**_SUMS).order_by(key)
-    return [
-        UsageRow(
-            key=_label(item[key]),
-            requests=int(item["requests"] or 0),
-            errors=int(item["errors"] or 0),
-            prompt_tokens=int(item["prompt_tokens"] or 0),
-            completion_tokens=int(item["completion_tokens"] or 0),
-        )
-        for item in grouped
-    ]
-
-
-def _label(value: object) -> str:
-    if value is None or value == "":
-        return "(none)"
-    return value.isoformat() if isinstance(value, dt.date) else str(value)
-
-
-def _sorted(rows: list[UsageRow], sort: str) -> list[UsageRow]:
+def _sorted(rows: list[UsageTotals], sort: str) -> list[UsageTotals]:
     name = sort.lstrip("-")
     if not name:
         return rows
@@ -132,12 +94,12 @@ def _sorted(rows: list[UsageRow], sort: str) -> list[UsageRow]:
 
 def usage_report(query: UsageQuery) -> UsageReport:
     rows = _rows(query)
-    breakdown = _grouped(rows, _KEYS[query.by])
-    per_day = {row.key: row for row in _grouped(rows, "date")}
+    breakdown = usage_totals(rows, by=_KEYS[query.by])
+    per_day = {row.key: row for row in usage_totals(rows, by="date")}
     days = []
     day = query.start
     while day <= query.end:
-        days.append(per_day.get(day.isoformat(), UsageRow(day.isoformat(), 0, 0, 0, 0)))
+        days.append(per_day.get(day.isoformat(), UsageTotals(day.isoformat(), 0, 0, 0, 0)))
         day += dt.timedelta(days=1)
     return UsageReport(query=query, rows=_sorted(breakdown, query.sort), days=days)
 
@@ -167,7 +129,7 @@ def _csv_safe(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
-def chart_bars(days: list[UsageRow], *, width: int = 720, height: int = 160) -> list[dict[str, Any]]:
+def chart_bars(days: list[UsageTotals], *, width: int = 720, height: int = 160) -> list[dict[str, Any]]:
     """SVG bar geometry for tokens per day (prompt below, generated on top), scaled to the busiest day."""
     peak = max((d.total_tokens for d in days), default=0) or 1
     step = width / max(len(days), 1)
