@@ -1,30 +1,18 @@
-"""Import a model from the Hugging Face Hub into the first model root (a Celery job with progress)."""
+"""Import a model from the Hugging Face Hub: the console's request, checked and queued as a Celery job
+(the download itself: webapp.console.hf_download)."""
 
 from __future__ import annotations
 
-import fnmatch
-import logging
 import re
-import urllib.error
-import urllib.request
-from pathlib import Path
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 
+from webapp.console.hf_download import KIND, fail, model_name_for
 from webapp.console.models import ConsoleJob
-from webapp.console.paths import allowed_roots
-from webapp.console.replication import publish
+from webapp.console.tasks import import_hf_model
 from webapp.core.models import ModelRegistration
 
-logger = logging.getLogger(__name__)
-
-KIND = "hf_import"
-PROBE_TIMEOUT_S = 10.0
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-# Weights as safetensors plus config, tokenizer and chat template (newer repos keep it in its own .jinja
-# file); never pickled checkpoints.
-WANTED = ("*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.tiktoken", "*.jinja")
 
 
 class HubImportError(ValueError):
@@ -38,14 +26,8 @@ def validate_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def model_name_for(repo_id: str) -> str:
-    return repo_id.split("/", 1)[1]
-
-
 def hf_import_start(*, actor: AbstractBaseUser | AnonymousUser, repo_id: str) -> ConsoleJob:
     """Queue the import; the job row shows its progress (a worker must be running to pick it up)."""
-    from webapp.console.tasks import import_hf_model
-
     repo_id = validate_repo_id(repo_id)
     if ModelRegistration.objects.filter(name=model_name_for(repo_id)).exists():
         raise HubImportError(f"a model named {model_name_for(repo_id)!r} is already registered")
@@ -54,81 +36,8 @@ def hf_import_start(*, actor: AbstractBaseUser | AnonymousUser, repo_id: str) ->
     try:
         result = import_hf_model.delay(job.pk)
     except Exception as exc:
-        _fail(job, f"Could not queue the import (is the Celery broker up?): {exc}")
+        fail(job, f"Could not queue the import (is the Celery broker up?): {exc}")
         return job
     ConsoleJob.objects.filter(pk=job.pk).update(celery_id=str(result.id))
     job.refresh_from_db()
     return job
-
-
-def _update(job: ConsoleJob, **fields: object) -> None:
-    for name, value in fields.items():
-        setattr(job, name, value)
-    job.save(update_fields=[*fields, "updated_at"])
-
-
-def _fail(job: ConsoleJob, message: str) -> None:
-    _update(job, state=ConsoleJob.State.FAILED, message=message)
-
-
-def _probe(endpoint: str | None) -> None:
-    """One request without retries: the hub client retries a refused connection for ~25 s before failing."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        raise ConnectionError("HF_HUB_OFFLINE is set")
-    url = (endpoint or constants.ENDPOINT).rstrip("/") + "/api/models?limit=1"
-    try:
-        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=PROBE_TIMEOUT_S).close()
-    except urllib.error.HTTPError:
-        return  # the hub answered; the listing reports any real problem
-    except (OSError, ValueError) as exc:
-        raise ConnectionError(f"{url}: {exc}") from exc
-
-
-def hf_import_run(job_id: int) -> str:
-    """Download the repo's safetensors, config and tokenizer files, then register the folder."""
-    from huggingface_hub import HfApi, hf_hub_download
-
-    job = ConsoleJob.objects.get(pk=job_id)
-    repo_id = job.target
-    endpoint = getattr(settings, "MOONCAKE_HF_ENDPOINT", None) or None
-    _update(job, state=ConsoleJob.State.RUNNING, message="listing files", progress=0.0)
-    try:
-        _probe(endpoint)
-        files = [
-            f
-            for f in HfApi(endpoint=endpoint).list_repo_files(repo_id)
-            if any(fnmatch.fnmatch(Path(f).name, pattern) for pattern in WANTED)
-        ]
-    except Exception as exc:
-        message = (
-            f"Could not reach the Hugging Face Hub for {repo_id} ({type(exc).__name__}: {exc}). "
-            "The server may be offline: copy the model under a model root and register it from disk."
-        )
-        _fail(job, message)
-        return message
-    if not any(f.endswith(".safetensors") for f in files) or "config.json" not in files:
-        message = f"{repo_id} has no config.json and safetensors weights; only those are imported."
-        _fail(job, message)
-        return message
-    dest = allowed_roots()[0] / "hf" / repo_id.replace("/", "--")
-    try:
-        for index, filename in enumerate(files, start=1):
-            _update(job, message=f"downloading {filename}")
-            hf_hub_download(repo_id, filename, local_dir=dest, endpoint=endpoint)
-            _update(job, progress=index / len(files))
-    except Exception as exc:
-        message = (
-            f"Download of {repo_id} failed ({type(exc).__name__}: {exc}). Check the network or the mirror "
-            "in HF_ENDPOINT, and HF_TOKEN for a gated repo, then import again."
-        )
-        _fail(job, message)
-        return message
-    ModelRegistration.objects.get_or_create(
-        name=model_name_for(repo_id), defaults={"source": str(dest.resolve()), "aliases": []}
-    )
-    publish("worker")  # every replica registers it now rather than at its next periodic pass
-    message = f"imported into {dest}; load it from the models page"
-    _update(job, state=ConsoleJob.State.SUCCEEDED, message=message, progress=1.0)
-    return message

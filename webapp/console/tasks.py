@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webapp.console.hf_import import hf_import_run
+from webapp.console.hf_download import hf_import_run
 
 
 @shared_task(name="console.import_hf_model")

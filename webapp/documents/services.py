@@ -1,4 +1,4 @@
-"""Writes: uploads, extraction (run once by the Celery task), collections and attachments."""
+"""Writes: uploads (queued for reading: webapp.documents.indexing), collections and attachments."""
 
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ from django.db import IntegrityError, transaction
 
 from webapp.chat.models import Conversation
 from webapp.core.errors import Conflict, InvalidRequest, PayloadTooLarge
-from webapp.documents.chunking import chunk_sections
-from webapp.documents.extraction import ExtractionError, extract
-from webapp.documents.models import Attachment, Collection, Document, DocumentChunk
+from webapp.documents.indexing import mark_failed
+from webapp.documents.models import Attachment, Collection, Document
 from webapp.documents.sniffing import kind_for
+from webapp.documents.tasks import extract_document
 
 logger = logging.getLogger(__name__)
-
-UNEXPECTED = "Something went wrong while reading this file; try uploading it again."
 
 
 def clean_name(name: str) -> str:
@@ -83,61 +81,12 @@ def document_upload(
 
 
 def _enqueue(document: Document) -> None:
-    from webapp.documents.tasks import extract_document
-
     try:
         extract_document.delay(document.pk)
     except Exception as exc:
         logger.exception("Queuing the extraction of document %s failed", document.pk)
-        _fail(document.pk, f"Could not queue this file for reading (is the task queue running?): {exc}")
+        mark_failed(document.pk, f"Could not queue this file for reading (is the task queue running?): {exc}")
     document.refresh_from_db(fields=["state", "error", "progress_done", "progress_total"])
-
-
-def _fail(document_id: int, reason: str) -> None:
-    Document.objects.filter(pk=document_id).update(state=Document.State.FAILED, error=reason)
-
-
-def document_extract(*, document_id: int) -> str:
-    """Extract and chunk the document once; its row shows the progress and the outcome."""
-    document = Document.objects.filter(pk=document_id).first()
-    if document is None:
-        return "deleted"
-    if document.state in (Document.State.READY, Document.State.FAILED):
-        return document.state  # extracted once: a redelivered task does nothing
-
-    def progress(done: int, total: int) -> None:
-        Document.objects.filter(pk=document_id).update(
-            state=Document.State.EXTRACTING, progress_done=done, progress_total=total
-        )
-
-    try:
-        sections = extract(
-            kind=document.kind, name=document.name, data=bytes(document.data), progress=progress
-        )
-        chunks = chunk_sections(sections, size=settings.MOONCAKE_DOCUMENTS_CHUNK_CHARS)
-        pages = max((s.page for s in sections if s.page is not None), default=None)
-        with transaction.atomic():
-            if not Document.objects.select_for_update().filter(pk=document_id).exists():
-                return "deleted"
-            DocumentChunk.objects.filter(document_id=document_id).delete()
-            DocumentChunk.objects.bulk_create(
-                DocumentChunk(document_id=document_id, index=i, text=c.text, page=c.page, heading=c.heading)
-                for i, c in enumerate(chunks)
-            )
-            Document.objects.filter(pk=document_id).update(
-                state=Document.State.READY,
-                error="",
-                page_count=pages,
-                char_count=sum(len(c.text) for c in chunks),
-            )
-    except ExtractionError as exc:
-        _fail(document_id, str(exc))
-        return "failed"
-    except Exception:
-        logger.exception("Extracting document %s failed", document_id)
-        _fail(document_id, UNEXPECTED)
-        return "failed"
-    return "ready"
 
 
 def document_delete(*, document: Document) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webapp.documents.services import document_extract
+from webapp.documents.indexing import document_extract
 
 
 @shared_task(name="documents.extract")

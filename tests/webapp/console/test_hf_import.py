@@ -9,7 +9,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from webapp.console.hf_import import HubImportError, hf_import_run, validate_repo_id
+from webapp.console.hf_download import hf_import_run
+from webapp.console.hf_import import HubImportError, validate_repo_id
 from webapp.console.models import AuditLog, ConsoleJob
 from webapp.console.registry import sync_manager
 from webapp.console.tasks import import_hf_model
@@ -83,7 +84,7 @@ def test_import_reports_progress_and_registers(
         target.write_text("{}" if filename.endswith(".json") else "x", encoding="utf-8")
         return str(target)
 
-    monkeypatch.setattr("webapp.console.hf_import._probe", lambda endpoint: None)
+    monkeypatch.setattr("webapp.console.hf_download._probe", lambda endpoint: None)
     monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: files)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     job = ConsoleJob.objects.create(kind="hf_import", target="org/tiny-model")
@@ -104,7 +105,7 @@ def test_import_reports_progress_and_registers(
 def test_repo_without_safetensors_is_refused(db: None, model_root: Path, monkeypatch: Any) -> None:
     import huggingface_hub
 
-    monkeypatch.setattr("webapp.console.hf_import._probe", lambda endpoint: None)
+    monkeypatch.setattr("webapp.console.hf_download._probe", lambda endpoint: None)
     monkeypatch.setattr(
         huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: ["config.json", "x.bin"]
     )

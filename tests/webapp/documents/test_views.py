@@ -12,7 +12,7 @@ from tests.webapp.documents.files import make_docx, make_pdf
 from webapp.celery import app
 from webapp.chat import services as chat_services
 from webapp.chat.models import Conversation, Message
-from webapp.documents import services
+from webapp.documents import indexing, services
 from webapp.documents.models import Attachment, Collection, Document, DocumentChunk, MessageCitation
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db, pytest.mark.usefixtures("eager")]
@@ -56,9 +56,9 @@ def test_progress_while_queued_and_extracting(client_a: Client, chat: Conversati
     html = client_a.get(reverse("documents:status", args=[document.pk])).content.decode()
     assert "Reading page 3 of 10" in html and 'hx-trigger="every 1s"' in html
     # The queued task runs once; a redelivery does nothing.
-    services.document_extract(document_id=document.pk)
+    indexing.document_extract(document_id=document.pk)
     assert Document.objects.get().state == "ready"
-    assert services.document_extract(document_id=document.pk) == "ready"
+    assert indexing.document_extract(document_id=document.pk) == "ready"
 
 
 @pytest.mark.parametrize(
