@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 
 BATCH = 5000  # rows per delete: a long history goes in short transactions, never one lock on the table
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 from webapp.core.gpu_probe import console_gpu as _gpu
 from webapp.core.runtime import get_runtime
 

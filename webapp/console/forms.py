@@ -12,7 +12,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from inference.api import EngineConfig
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 from webapp.console.paths import ModelPathError, confine_model_path
 from webapp.core.engine import engine_config_dict
 from webapp.core.engine_settings import ENGINE_FIELDS

@@ -10,7 +10,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
 
 from inference.api import ModelInfo
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 from webapp.console.models import AuditLog, ConsoleJob
 from webapp.console.replication import BUSY_STATES, live_replicas
 from webapp.core.jobs import ProcessJob

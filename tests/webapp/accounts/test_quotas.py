@@ -124,7 +124,7 @@ async def test_chat_sends_meet_the_same_quota() -> None:
     conversation = await sync_to_async(Conversation.objects.create)(user=user)
     with pytest.raises(RateLimited, match="Daily token quota reached"):
         await admit_send(conversation, 60, [{"role": "user", "content": "hi"}])
-    from webapp.api.models import RequestLog
+    from webapp.accounts.models import RequestLog
 
     row = await sync_to_async(RequestLog.objects.get)(user=user)
     assert (row.source, row.status_code) == ("chat", 429)

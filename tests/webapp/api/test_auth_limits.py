@@ -13,9 +13,8 @@ from django.test import AsyncClient
 from tests.webapp.api.conftest import post_json, sse_events
 from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
-from webapp.accounts.models import ApiKey, DailyUsage
+from webapp.accounts.models import ApiKey, DailyUsage, RequestLog
 from webapp.accounts.services import CreatedKey, api_key_create, api_key_revoke, user_limits_set
-from webapp.api.models import RequestLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

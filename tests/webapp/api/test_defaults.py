@@ -9,7 +9,7 @@ from django.test import AsyncClient
 
 from tests.webapp.api.conftest import post_json
 from tests.webapp.fake_engine import FakeEngine
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 from webapp.core.models import EngineSettings, ModelRegistration
 
 pytestmark = pytest.mark.django_db(transaction=True)

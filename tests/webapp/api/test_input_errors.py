@@ -10,7 +10,7 @@ from django.test import AsyncClient
 from tests.webapp.api.conftest import post_json
 from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

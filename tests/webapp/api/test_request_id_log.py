@@ -8,7 +8,7 @@ from django.test import AsyncClient, Client
 
 from tests.webapp.api.conftest import post_json, sse_events
 from tests.webapp.api.test_validation import USER
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 from webapp.core.request_id import HEADER
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]

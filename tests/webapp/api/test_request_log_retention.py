@@ -12,10 +12,9 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from webapp.accounts.models import DailyUsage
+from webapp.accounts.models import DailyUsage, RequestLog
+from webapp.accounts.request_log import RequestRecord, request_record_save
 from webapp.api import tasks
-from webapp.api.models import RequestLog
-from webapp.api.services.usage import RequestRecord, request_record_save
 from webapp.celery import app
 
 pytestmark = pytest.mark.django_db

@@ -16,11 +16,11 @@ from inference import EngineDeadError, SamplingParams
 from tests.webapp.api.conftest import post_json, sse_events
 from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine
+from webapp.accounts.models import RequestLog
+from webapp.accounts.request_log import RequestRecord
 from webapp.api.auth import Caller
-from webapp.api.models import RequestLog
 from webapp.api.responses import _background, _stream_response
 from webapp.api.services.pipeline import ApiRun
-from webapp.api.services.usage import RequestRecord
 from webapp.core.generation import GenerationRun
 from webapp.core.limits import RateLimiter
 from webapp.core.streams import Generation

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 
 from tests.webapp.chat.fakes import FakeEngine
 from tests.webapp.chat.wsutil import connected, is_idle, receive_until
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 from webapp.chat import selectors, services
 from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation, Message

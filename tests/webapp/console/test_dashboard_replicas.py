@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 from webapp.console import dashboard, fleet
 from webapp.console.models import Replica
 from webapp.console.replication import GONE_AFTER_S, model_sync

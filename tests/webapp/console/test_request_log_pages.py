@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from webapp.accounts.models import RequestLog
 from webapp.accounts.services import api_key_create, usage_record
-from webapp.api.models import RequestLog
 from webapp.console.selectors import REQUEST_LOG_PAGE_SIZE
 
 URL = "/console/requests/"

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from inference import ModelManager, SamplingParams
 from tests.webapp.console.conftest import SizedFakeEngine
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
 from webapp.console import dashboard
 from webapp.console.templatetags import console as console_filters
 from webapp.core.models import EngineSettings

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inference.api import EngineClient
+from webapp.accounts.request_log import RequestRecord, request_record_save
 from webapp.api.auth import Caller
 from webapp.api.services.defaults import RequestDefaults, request_defaults_shared
 from webapp.api.services.models import model_name
-from webapp.api.services.usage import RequestRecord, request_record_save
 from webapp.core.errors import MooncakeError
 from webapp.core.generation import GenerationRequest, GenerationRun, Prepared, usage_of
 from webapp.core.runtime import get_runtime

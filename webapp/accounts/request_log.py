@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
+from webapp.accounts.models import RequestLog
 from webapp.accounts.services import usage_record
-from webapp.api.models import RequestLog
 from webapp.core.engine_settings import log_prompts_enabled
 from webapp.core.generation import Usage
 from webapp.core.request_id import get_request_id
