@@ -4,7 +4,7 @@ The same generation service the API uses admits it: the user's own limits (set i
 chat's per-minute cap are checked before any work, then the history is templated and checked off the
 event loop.
 
-Every admitted send is accounted as an API request is (webapp.api.services.usage): one request-log row
+Every admitted send is accounted as an API request is (webapp.accounts.request_log): one request-log row
 with source "chat" and the user's daily totals, written when the run closes however the reply ended; a
 send the service refuses (a limit, no model, too long a prompt) is logged with its error status.
 """
@@ -18,9 +18,9 @@ from channels.db import database_sync_to_async
 
 from inference.api import EngineClient
 from webapp.accounts.limits import admission_checks
-from webapp.api.models import RequestLog
+from webapp.accounts.models import RequestLog
+from webapp.accounts.request_log import RequestRecord, request_record_save
 from webapp.api.services.models import model_name
-from webapp.api.services.usage import RequestRecord, request_record_save
 from webapp.chat import selectors, services
 from webapp.chat.models import Conversation, Message
 from webapp.core.chat_context import extend_chat_prompt

@@ -306,7 +306,11 @@ class ChatReplies:
                 logger.exception("Giving back the lease of chat %s failed", reply.conversation_id)
         await events.broadcast(reply.conversation_id, events.upsert(message), events.state(running=False))
         if message.status == Message.Status.COMPLETE and not conversation.title_is_custom:
-            self.titles.maybe_start(conversation_id=reply.conversation_id, engine=reply.engine)
+            self.titles.maybe_start(
+                conversation_id=reply.conversation_id,
+                user_id=conversation.user_id,
+                model=reply.run.job.record.model if reply.run.job else conversation.model,
+            )
 
 
 @contextlib.asynccontextmanager

@@ -47,6 +47,9 @@ class GenerationRequest(Generic[Job]):
     # Template, tokenize, check: CPU work, which prepare must run off the event loop (asyncio.to_thread).
     prepare: Callable[[EngineClient], Awaitable[Job]]
     sequences: int = 1  # prompts x n: what the concurrency limit counts
+    # False for work the server asks for on the caller's behalf (a chat title): its tokens count, but it is
+    # not one of the caller's requests per minute.
+    counted: bool = True
     deadline: float | None = None  # loop time at which generation is cut off (None: never)
     # Whose access to models applies (webapp.core.model_access); None only for the server's own work.
     viewer: Viewer | None = None
@@ -208,7 +211,11 @@ class GenerationService:
 
     async def _admit(self, request: GenerationRequest[Job]) -> GenerationRun[Job]:
         admission = await _call(
-            self.limiter, self.limiter.admit, request.limit_checks, weight=request.sequences
+            self.limiter,
+            self.limiter.admit,
+            request.limit_checks,
+            weight=request.sequences,
+            counted=request.counted,
         )
         return GenerationRun(self.limiter, admission, request.endpoint)
 

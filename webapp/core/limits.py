@@ -61,7 +61,9 @@ class Limiter(Protocol):
     # False when a call leaves the process (a network round trip): callers on the event loop use a thread.
     local: bool
 
-    def admit(self, checks: Sequence[tuple[Bucket, Limits]], *, weight: int = 1) -> Admission: ...
+    def admit(
+        self, checks: Sequence[tuple[Bucket, Limits]], *, weight: int = 1, counted: bool = True
+    ) -> Admission: ...
     def add_tokens(self, admission: Admission, tokens: int) -> None: ...
     def release(self, admission: Admission) -> None: ...
     def reset(self) -> None: ...
@@ -106,16 +108,20 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._counters: dict[Bucket, _Counters] = {}
 
-    def admit(self, checks: Sequence[tuple[Bucket, Limits]], *, weight: int = 1) -> Admission:
+    def admit(
+        self, checks: Sequence[tuple[Bucket, Limits]], *, weight: int = 1, counted: bool = True
+    ) -> Admission:
         """Admit one request of `weight` sequences against every bucket at once, or raise RateLimited and
-        admit none. A weight of 0 counts the request but holds no concurrency (a tokenizer call)."""
+        admit none. A weight of 0 counts the request but holds no concurrency (a tokenizer call); with
+        `counted` False it is not one of the caller's requests either (a chat title the server asks for)."""
         with self._lock:
             now = self._clock()
             for bucket, limits in checks:
                 self._check(self._counters.setdefault(bucket, _Counters()), limits, now, weight)
             for bucket, _ in checks:
                 counters = self._counters[bucket]
-                counters.request_times.append(now)
+                if counted:
+                    counters.request_times.append(now)
                 counters.active += weight
             return Admission(buckets=tuple(b for b, _ in checks), weight=weight)
 

@@ -33,16 +33,17 @@ from webapp.core.limits import (
 LEASE_S = 1800.0
 KEY_PREFIX = "mooncake:limits:"
 
-# KEYS: per bucket, its req, tok and act sets. ARGV: now_ms, window_ms, lease_ms, weight, id, then per
-# bucket rpm, tpm, cap (-1: unlimited). Returns {0} when admitted, else {bucket index (1-based), reason,
-# retry_after_ms} with reason 1 requests, 2 tokens, 3 concurrency, 4 never fits.
+# KEYS: per bucket, its req, tok and act sets. ARGV: now_ms, window_ms, lease_ms, weight, id, counted (1:
+# the request counts toward requests per minute, 0: not), then per bucket rpm, tpm, cap (-1: unlimited).
+# Returns {0} when admitted, else {bucket index (1-based), reason, retry_after_ms} with reason 1 requests,
+# 2 tokens, 3 concurrency, 4 never fits.
 _ADMIT = """
 local now, window, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local weight, id = tonumber(ARGV[4]), ARGV[5]
+local weight, id, counted = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local buckets = #KEYS / 3
 for b = 0, buckets - 1 do
   local req, tok, act = KEYS[b * 3 + 1], KEYS[b * 3 + 2], KEYS[b * 3 + 3]
-  local rpm, tpm, cap = tonumber(ARGV[6 + b * 3]), tonumber(ARGV[7 + b * 3]), tonumber(ARGV[8 + b * 3])
+  local rpm, tpm, cap = tonumber(ARGV[7 + b * 3]), tonumber(ARGV[8 + b * 3]), tonumber(ARGV[9 + b * 3])
   redis.call('ZREMRANGEBYSCORE', req, '-inf', now - window)
   redis.call('ZREMRANGEBYSCORE', tok, '-inf', now - window)
   redis.call('ZREMRANGEBYSCORE', act, '-inf', now)
@@ -90,8 +91,10 @@ for b = 0, buckets - 1 do
 end
 for b = 0, buckets - 1 do
   local req, tok, act = KEYS[b * 3 + 1], KEYS[b * 3 + 2], KEYS[b * 3 + 3]
-  redis.call('ZADD', req, now, id)
-  redis.call('PEXPIRE', req, window)
+  if counted == 1 then
+    redis.call('ZADD', req, now, id)
+    redis.call('PEXPIRE', req, window)
+  end
   if weight > 0 then
     redis.call('ZADD', act, now + lease, id .. ':' .. weight)
     redis.call('PEXPIRE', act, lease)
@@ -130,13 +133,16 @@ class RedisRateLimiter:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def admit(self, checks: Sequence[tuple[Bucket, Limits]], *, weight: int = 1) -> Admission:
+    def admit(
+        self, checks: Sequence[tuple[Bucket, Limits]], *, weight: int = 1, counted: bool = True
+    ) -> Admission:
         """Admit one request of `weight` sequences against every bucket at once, or raise and admit none."""
         admission = Admission(buckets=tuple(b for b, _ in checks), weight=weight, id=uuid.uuid4().hex)
         if not checks:
             return admission
         keys = [key for bucket, _ in checks for key in self._keys(bucket)]
         args: list[int | str] = [self._now_ms(), int(WINDOW_S * 1000), self._lease_ms, weight, admission.id]
+        args.append(1 if counted else 0)
         for _, limits in checks:
             args += [
                 _unlimited(limits.requests_per_minute),

@@ -16,6 +16,7 @@ class FakeEngine:
     reply: str = "Hello there! Here is **bold** and <script>alert(1)</script> text."
     title: str = '"Fake Chat Title"'
     delay: float = 0.0
+    title_delay: float = 0.0  # a title's pause per piece (a reply's is `delay`)
     # Set: replies (not titles) stop before their last piece until the test sets the event.
     hold: asyncio.Event | None = None
     model_name: str = "fake-model"
@@ -51,7 +52,7 @@ class FakeEngine:
             for i, piece in enumerate(pieces[:limit]):
                 if self.fail_after is not None and i == self.fail_after and not is_title:
                     raise self.fail_with or RuntimeError("boom")
-                await asyncio.sleep(self.delay)
+                await asyncio.sleep(self.title_delay if is_title else self.delay)
                 if self.hold is not None and not is_title and i == min(limit, len(pieces)) - 1:
                     await self.hold.wait()
                 out += piece

@@ -16,10 +16,9 @@ from tests.webapp.chat.fakes import FakeEngine
 from tests.webapp.chat.wsutil import connected, is_idle, receive_until
 from tests.webapp.fake_engine import FakeEngine as ApiFakeEngine
 from tests.webapp.fake_engine import FakeModelManager
-from webapp.accounts.models import DailyUsage, UserApiLimits
+from webapp.accounts.models import DailyUsage, RequestLog, UserApiLimits
 from webapp.accounts.selectors import usage_daily_for_user
 from webapp.accounts.services import api_key_create
-from webapp.api.models import RequestLog
 from webapp.chat import services
 from webapp.chat.generation import chat_replies
 from webapp.chat.models import Conversation, Message
@@ -57,15 +56,28 @@ async def test_finished_reply_is_logged_and_counted(
     await replies.send(conversation=chat, content="hello")
     await replies.wait_idle()
     reply = await _reply(chat)
-    row = await RequestLog.objects.aget()
+    row = await RequestLog.objects.aget(endpoint="chat")
     assert (row.source, row.endpoint, row.user_id, row.api_key_id) == ("chat", "chat", alice.pk, None)
     assert (row.status_code, row.finish_reason, row.model, row.error) == (200, "stop", "fake-model", "")
     assert reply.prompt_tokens and row.prompt_tokens == reply.prompt_tokens
     assert reply.completion_tokens and row.completion_tokens == reply.completion_tokens
     assert row.ttft_s is not None and row.duration_s >= row.ttft_s
+    # The title the first exchange asked for is the user's usage too, logged on its own row.
+    title = await RequestLog.objects.aget(endpoint="chat.title")
+    assert (title.source, title.user_id, title.status_code, title.model) == (
+        "chat",
+        alice.pk,
+        200,
+        "fake-model",
+    )
+    assert title.prompt_tokens > 0 and title.completion_tokens > 0 and title.finish_reason == "stop"
+    assert await RequestLog.objects.acount() == 2
     usage = await _usage(alice)
-    assert (usage.requests, usage.errors) == (1, 0)
-    assert (usage.prompt_tokens, usage.completion_tokens) == (row.prompt_tokens, row.completion_tokens)
+    assert (usage.requests, usage.errors) == (2, 0)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (
+        row.prompt_tokens + title.prompt_tokens,
+        row.completion_tokens + title.completion_tokens,
+    )
 
 
 async def test_stopped_reply_is_logged_as_abort(
@@ -95,7 +107,7 @@ async def test_reply_that_keeps_going_without_a_socket_is_logged(
     await receive_until(ws, lambda e: e.get("type") == "state" and e.get("running") is True)
     await ws.disconnect()  # the tab closes; the reply goes on and is accounted when it ends
     await chat_replies().wait_idle()
-    row = await RequestLog.objects.aget()
+    row = await RequestLog.objects.aget(endpoint="chat")
     assert (row.source, row.status_code, row.finish_reason) == ("chat", 200, "stop")
 
 
@@ -126,7 +138,7 @@ async def test_refused_send_is_logged_as_the_api_logs_a_429(
     assert (refused.source, refused.status_code, refused.completion_tokens) == ("chat", 429, 0)
     assert refused.error.startswith("Rate limit reached")
     usage = await _usage(alice)
-    assert (usage.requests, usage.errors) == (2, 1)
+    assert (usage.requests, usage.errors) == (3, 1)  # the reply, its title (not a request per minute), "two"
 
 
 async def test_prompt_text_follows_the_console_switch(
@@ -193,10 +205,15 @@ async def test_api_and_chat_share_the_users_request_limit(
     error = (await receive_until(ws, lambda e: e["type"] == "error"))[-1]
     assert error["code"] == "rate_limited" and error["message"]
     await ws.disconnect()
-    rows = [(r.source, r.status_code) async for r in RequestLog.objects.order_by("id")]
-    assert rows == [("chat", 200), ("api", 200), ("chat", 429)]
+    rows = [(r.source, r.endpoint, r.status_code) async for r in RequestLog.objects.order_by("id")]
+    assert rows == [
+        ("chat", "chat", 200),
+        ("chat", "chat.title", 200),  # logged, but not one of the two requests per minute
+        ("api", "chat.completions", 200),
+        ("chat", "chat", 429),
+    ]
     totals = await sync_to_async(usage_daily_for_user)(user=alice)
-    assert (totals[0].requests, totals[0].errors) == (3, 1)
+    assert (totals[0].requests, totals[0].errors) == (4, 1)
 
 
 async def test_second_chat_of_the_user_shares_the_accounting(
@@ -207,5 +224,33 @@ async def test_second_chat_of_the_user_shares_the_accounting(
     for conversation in (chat, other):
         await replies.send(conversation=conversation, content="hello")
         await replies.wait_idle()
-    assert await RequestLog.objects.filter(source="chat", user=alice).acount() == 2
-    assert (await _usage(alice)).requests == 2
+    assert await RequestLog.objects.filter(source="chat", endpoint="chat", user=alice).acount() == 2
+    assert (await _usage(alice)).requests == 4  # each chat's reply and title
+
+
+async def test_a_used_up_quota_leaves_the_provisional_title_and_logs_no_title(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
+    await UserApiLimits.objects.acreate(user=alice, daily_token_quota=1)  # the reply itself uses it up
+    replies = chat_replies()
+    await replies.send(conversation=chat, content="hello there")
+    await replies.wait_idle()
+    assert [r.endpoint async for r in RequestLog.objects.all()] == ["chat"]
+    await chat.arefresh_from_db()
+    assert chat.title == "hello there" and not chat.title_is_custom
+
+
+async def test_a_title_never_takes_the_users_one_concurrent_slot(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
+    await UserApiLimits.objects.acreate(user=alice, max_concurrent_requests=1, requests_per_minute=2)
+    fake_engine.title_delay = 0.3  # the title is still being written when the next send comes
+    replies = chat_replies()
+    await replies.send(conversation=chat, content="one")
+    running = replies.running(chat.pk)
+    assert running is not None and running.task is not None
+    await running.task
+    await replies.send(conversation=chat, content="two")  # neither the slot nor a request of the minute
+    await replies.wait_idle()
+    rows = [(r.endpoint, r.status_code) async for r in RequestLog.objects.order_by("id")]
+    assert sorted(rows) == [("chat", 200), ("chat", 200), ("chat.title", 200)]

@@ -130,6 +130,26 @@ def test_weight_zero_counts_the_request_but_holds_no_slot(make_limiter: MakeLimi
     limiter.release(busy)
 
 
+def test_uncounted_work_spends_tokens_but_no_request(make_limiter: MakeLimiter) -> None:
+    """A chat title: held to the caller's token limit and counted in it, never one of its requests."""
+    limiter = make_limiter()
+    checks = [("k", Limits(requests_per_minute=1, tokens_per_minute=100))]
+    tokens_only = [("k", Limits(tokens_per_minute=100))]
+    title = limiter.admit(tokens_only, weight=0, counted=False)
+    limiter.add_tokens(title, 100)
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(tokens_only, weight=0, counted=False)
+    assert info.value.code == "tokens_per_minute"  # the title's tokens count
+    fresh = [("j", Limits(requests_per_minute=1))]
+    limiter.admit(fresh, weight=0, counted=False)
+    limiter.admit(fresh)  # the uncounted admission left the one request of the minute free
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(fresh)
+    assert info.value.code == "requests_per_minute"
+    with pytest.raises(RateLimited):
+        limiter.admit(checks)
+
+
 @pytest.fixture
 def replicas(redis_url: str) -> Iterator[tuple[Any, Any, Clock]]:
     """Two replicas' limiters on one Redis, with one clock."""
