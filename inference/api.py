@@ -14,21 +14,25 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from inference.config import (
+    ENGINE_TYPES,
+    IN_PROCESS_TYPES,
+    REMOTE_FIELDS,
+    SUPERVISED_TYPES,
+    EngineConfig,
+    fields_read_by,
+    settings_not_read,
+)
+from inference.config_groups import (
     ATTENTION_BACKENDS,
     DEFAULT_MAX_QUEUE_LEN,
     DEVICES,
     DTYPES,
-    ENGINE_TYPES,
-    IN_PROCESS_TYPES,
     QUANTIZATIONS,
-    REMOTE_FIELDS,
-    SUPERVISED_TYPES,
     CacheConfig,
-    EngineConfig,
     ModelConfig,
+    RemoteSettings,
     SchedulerConfig,
-    fields_read_by,
-    settings_not_read,
+    ServerSettings,
 )
 from inference.errors import (
     EngineDeadError,
@@ -268,11 +272,13 @@ __all__ = [
     "NoModelLoadedError",
     "PromptTooLongError",
     "QueueFullError",
+    "RemoteSettings",
     "RequestFailedError",
     "RequestMetrics",
     "RequestOutput",
     "SamplingParams",
     "SchedulerConfig",
+    "ServerSettings",
     "TokenLogprobs",
     "Tokenizer",
     "UnknownModelError",

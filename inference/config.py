@@ -1,7 +1,6 @@
-"""Engine configuration: one flat EngineConfig (what users write) split into validated groups.
-
-Over 300 lines: every setting of every engine type is one flat dataclass users write, and its checks sit
-beside it so each error names the setting.
+"""Engine configuration: EngineConfig is the flat form users write (mooncake.yaml's `model` and `engine`
+sections), with the common settings and every engine type's own; it builds the typed groups each engine
+type reads (inference.config_groups), so a bad value fails at construction with the setting's name.
 """
 
 from __future__ import annotations
@@ -10,18 +9,24 @@ import dataclasses
 import os
 import types
 import typing
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.config_groups import (
+    DEFAULT_MAX_QUEUE_LEN,
+    REMOTE_SETTINGS,
+    SERVER_SETTINGS,
+    CacheConfig,
+    ModelConfig,
+    RemoteSettings,
+    SchedulerConfig,
+    ServerSettings,
+    check_positive,
+    off_or_positive,
+)
 from inference.speculative_config import SpeculativeConfig
 
-# The choice lists, defined once: validation here, the attention selector and the console's forms use them.
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
-QUANTIZATIONS = ("none", "gguf")
 # Who runs the model: "native" is our engine in this process; "transformers" transformers' own
 # continuous batching in this process, for architectures ours lacks (inference.frontends.transformers.engine);
 # "openai" an existing server that speaks the OpenAI API (vLLM, SGLang, TGI, llama-server, Ollama)
@@ -31,36 +36,33 @@ QUANTIZATIONS = ("none", "gguf")
 SUPERVISED_TYPES = ("vllm", "sglang", "tgi")
 IN_PROCESS_TYPES = ("native", "transformers")
 ENGINE_TYPES = (*IN_PROCESS_TYPES, "openai", *SUPERVISED_TYPES)
-# EngineConfig fields that only a supervised type reads (the server Mooncake starts).
-SERVER_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "executable", "startup_timeout")
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
 _IGNORED_KEYS = frozenset({"name", "aliases", "keep_alive", "keep_alive_seconds"})
 _ALIASES = {"model_id": "model", "type": "engine_type"}
 # EngineConfig fields that only a remote engine (`openai` or a supervised type) reads.
-REMOTE_FIELDS = ("base_url", "api_key", "upstream_model", "request_timeout", *SERVER_FIELDS)
+REMOTE_FIELDS = (*REMOTE_SETTINGS, *SERVER_SETTINGS)
 
-
-# What each engine type reads. Every type reads the common settings; the rest are one type's own (a
-# supervised server gets its settings as flags: inference.frontends.supervised.process). `mooncake check`
-# refuses a setting written for a model whose type never reads it (settings_not_read).
+# What each engine type reads: the common settings, then its own. The native engine reads every setting
+# but a remote engine's; transformers' batching the in-process ones; `openai` the RemoteSettings; a
+# supervised server its ServerSettings and the flags it is started with (frontends.supervised.process).
+# `mooncake check` refuses a setting written for a model whose type never reads it (settings_not_read).
 _COMMON_FIELDS = ("model", "engine_type", "max_model_len", "max_queue_len", "model_roots", "cache_dir")
-_TRANSFORMERS_FIELDS = (
-    *_COMMON_FIELDS,
+_IN_PROCESS_FIELDS = (
     *("dtype", "device", "seed", "cpu_threads", "kv_cache_memory_bytes", "gpu_memory_utilization"),
     *("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching"),
 )
-_OPENAI_FIELDS = (*_COMMON_FIELDS, "base_url", "api_key", "upstream_model", "request_timeout")
-_SERVER_READS = ("upstream_model", "request_timeout", "dtype", "gpu_memory_utilization", "max_num_seqs")
+_SERVER_FLAGS = ("dtype", "gpu_memory_utilization", "max_num_seqs")
 
 
 def fields_read_by(engine_type: str) -> frozenset[str]:
     """The EngineConfig fields an engine of this type reads."""
     if engine_type == "transformers":
-        return frozenset(_TRANSFORMERS_FIELDS)
+        return frozenset((*_COMMON_FIELDS, *_IN_PROCESS_FIELDS))
     if engine_type == "openai":
-        return frozenset(_OPENAI_FIELDS)
+        return frozenset((*_COMMON_FIELDS, *REMOTE_SETTINGS))
     if engine_type in SUPERVISED_TYPES:
-        return frozenset((*_COMMON_FIELDS, *_SERVER_READS, *SERVER_FIELDS))
+        upstream = ("upstream_model", "request_timeout")  # its address and key are Mooncake's to pick
+        return frozenset((*_COMMON_FIELDS, *upstream, *_SERVER_FLAGS, *SERVER_SETTINGS))
     return frozenset(f.name for f in dataclasses.fields(EngineConfig)) - frozenset(REMOTE_FIELDS)
 
 
@@ -72,96 +74,6 @@ def settings_not_read(config: EngineConfig, given: Iterable[str]) -> list[str]:
     return sorted(
         name for name in given if name not in read and getattr(config, name) != getattr(defaults, name, None)
     )
-
-
-# Defaults other layers size themselves by (the API refuses a request the queue could never hold).
-DEFAULT_MAX_QUEUE_LEN = 256
-
-
-def check_positive(name: str, value: int | float) -> None:
-    """The one positivity rule: EngineConfig, its groups and the model runner all apply it."""
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-
-
-def check_memory_fraction(value: float) -> None:
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {value}")
-
-
-def _off_or_positive(name: str, value: float | None) -> None:
-    if value is not None and value < 0:
-        raise ValueError(f"{name} must be > 0, or 0 / None for off, got {value!r}")
-
-
-@dataclass(slots=True)
-class ModelConfig:
-    source: str
-    dtype: str = "auto"
-    device: str = "auto"
-    max_model_len: int | None = None
-    attention_backend: str = "auto"
-    seed: int = 0
-    quantization: str = "none"
-
-    def __post_init__(self) -> None:
-        if not self.source:
-            raise ValueError("model must be 'default', an HF directory or a .gguf path")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.device not in DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
-        if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ValueError(
-                f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}"
-            )
-        if self.max_model_len is not None:
-            check_positive("max_model_len", self.max_model_len)
-        if self.quantization not in QUANTIZATIONS:
-            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
-
-
-@dataclass(slots=True)
-class CacheConfig:
-    block_size: int = 16
-    kv_cache_memory_bytes: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-
-    def __post_init__(self) -> None:
-        check_positive("block_size", self.block_size)
-        if self.kv_cache_memory_bytes is not None:
-            check_positive("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
-        check_memory_fraction(self.gpu_memory_utilization)
-
-
-@dataclass(slots=True)
-class SchedulerConfig:
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 4096
-    max_model_len: int = 8192
-    enable_chunked_prefill: bool = True
-    max_queue_len: int = DEFAULT_MAX_QUEUE_LEN
-    # While streams decode, shrink prefill chunks so a step takes about this long (see scheduler.py).
-    max_step_latency_ms: float | None = 100.0
-
-    def __post_init__(self) -> None:
-        check_positive("max_num_seqs", self.max_num_seqs)
-        check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
-        check_positive("max_model_len", self.max_model_len)
-        check_positive("max_queue_len", self.max_queue_len)
-        _off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
-                f"({self.max_num_seqs}) so every running sequence can decode in one step"
-            )
-        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            # Without chunking a whole prompt must fit in one step's token budget.
-            raise ValueError(
-                f"with enable_chunked_prefill=False, max_num_batched_tokens ({self.max_num_batched_tokens}) "
-                f"must be >= max_model_len ({self.max_model_len})"
-            )
 
 
 @dataclass(slots=True)
@@ -204,17 +116,16 @@ class EngineConfig:
     # mooncake.yaml's `engine.type`. For "openai", `model` is only where the tokenizer and chat template
     # come from (prompts are templated here and sent upstream as token ids); the weights stay upstream.
     engine_type: str = "native"
-    base_url: str | None = None  # the upstream's OpenAI API root, e.g. http://vllm:8000/v1
-    api_key: str | None = field(default=None, repr=False)  # sent as a Bearer token; kept out of reprs
-    upstream_model: str | None = None  # the upstream's name for the model; None: the first it lists
-    request_timeout: float = 600.0  # seconds the upstream may stay silent (connecting: at most 10)
-    # Types vllm, sglang, tgi: passed to the server Mooncake starts (GPUs per pipeline stage, stages).
+    # How a remote engine reaches its upstream: RemoteSettings (remote()) says what each means.
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    upstream_model: str | None = None
+    request_timeout: float = 600.0
+    # Types vllm, sglang, tgi: the server Mooncake starts, ServerSettings (server()).
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
-    # The engine's command (vllm, text-generation-launcher; for sglang the Python that has it); None: the
-    # web layer looks it up on PATH. The engine package reads no environment, so it is given the path.
     executable: str | None = None
-    startup_timeout: float = 900.0  # seconds its server may take to answer /health (large models load slowly)
+    startup_timeout: float = 900.0
     # n-gram speculative decoding (native only); a mapping in mooncake.yaml, None: off.
     speculative: SpeculativeConfig | None = None
 
@@ -239,16 +150,14 @@ class EngineConfig:
         check_positive("max_num_seqs", self.max_num_seqs)
         check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
         check_positive("max_queue_len", self.max_queue_len)
-        _off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
+        off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
 
     def _check_engine_type(self) -> None:
         kind = self.engine_type
         if kind not in ENGINE_TYPES:
             raise ValueError(f"engine type must be one of {ENGINE_TYPES}, got {kind!r}")
-        check_positive("request_timeout", self.request_timeout)
-        check_positive("tensor_parallel_size", self.tensor_parallel_size)
-        check_positive("pipeline_parallel_size", self.pipeline_parallel_size)
-        check_positive("startup_timeout", self.startup_timeout)
+        self.remote()
+        self.server()
         if kind in SUPERVISED_TYPES:
             self._check_server()
             return
@@ -273,8 +182,6 @@ class EngineConfig:
             return
         if not self.base_url:
             raise ValueError("base_url is required for engine type 'openai' (e.g. http://vllm:8000/v1)")
-        check_base_url(self.base_url)
-        self._check_upstream_model()
 
     def _check_server(self) -> None:
         """A server Mooncake starts: it picks the address and starts it without a key."""
@@ -285,11 +192,6 @@ class EngineConfig:
                     f"{name} does not apply to engine type {kind!r}: Mooncake starts that server itself "
                     "on a local port (use type 'openai' to reach one that runs elsewhere)"
                 )
-        if self.executable is not None and not self.executable.strip():
-            raise ValueError(
-                "executable must not be empty (leave it out to find the engine's command on PATH)"
-            )
-        self._check_upstream_model()
         if kind == "tgi":
             # text-generation-launcher's --dtype takes only these, and it has no pipeline parallelism.
             if self.dtype not in ("auto", "float16", "bfloat16"):
@@ -299,11 +201,15 @@ class EngineConfig:
                     "engine type 'tgi' has no pipeline parallelism: pipeline_parallel_size must be 1"
                 )
 
-    def _check_upstream_model(self) -> None:
-        if self.upstream_model is not None and not self.upstream_model.strip():
-            raise ValueError(
-                "upstream_model must not be empty (leave it out to use the upstream's first model)"
-            )
+    def remote(self) -> RemoteSettings:
+        """How a remote engine (`openai`, or a supervised type once its server runs) reaches its upstream."""
+        return RemoteSettings(self.base_url, self.api_key, self.upstream_model, self.request_timeout)
+
+    def server(self) -> ServerSettings:
+        """The server Mooncake starts for a supervised type."""
+        return ServerSettings(
+            self.tensor_parallel_size, self.pipeline_parallel_size, self.executable, self.startup_timeout
+        )
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(
@@ -353,15 +259,6 @@ class EngineConfig:
         if unknown:
             raise ValueError(f"unknown engine setting(s): {', '.join(sorted(unknown))}")
         return cls(**kwargs)
-
-
-def check_base_url(url: str) -> None:
-    """An absolute http(s) URL with a host: what every OpenAI-compatible server is reached by."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(f"base_url must be an http:// or https:// URL with a host, got {url!r}")
-    if parsed.query or parsed.fragment:
-        raise ValueError(f"base_url must not have a query or fragment, got {url!r}")
 
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:

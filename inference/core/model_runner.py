@@ -13,7 +13,8 @@ from typing import cast
 import numpy as np
 import torch
 
-from inference.config import EngineConfig, check_memory_fraction, check_positive
+from inference.config import EngineConfig
+from inference.config_groups import check_memory_fraction, check_positive
 from inference.core.cuda_graphs import DecodeGraphs, GraphableBackend
 from inference.core.model_io import InFlightIds, ScheduledChunk, StepLogits
 from inference.core.step_inputs import HostBatch, host_batch

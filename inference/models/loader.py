@@ -15,7 +15,8 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from inference.cache_dir import DEFAULT_CACHE_DIR, ensure_private_dir
-from inference.config import QUANTIZATIONS, EngineConfig
+from inference.config import EngineConfig
+from inference.config_groups import QUANTIZATIONS
 from inference.device import resolve_device, resolve_dtype
 from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class
 from inference.models.gguf_blocks import read_blocks

@@ -94,3 +94,33 @@ def test_each_engine_type_reads_its_own_settings_and_check_names_the_rest() -> N
     # dtype is set and never read (the weights are upstream); seed is given but equals the default.
     assert settings_not_read(remote, ["dtype", "seed", "base_url"]) == ["dtype"]
     assert settings_not_read(EngineConfig(block_size=32), ["block_size"]) == []
+
+
+def test_remote_and_server_settings_are_typed_groups_of_the_flat_config() -> None:
+    import dataclasses
+
+    from inference.config import ENGINE_TYPES, fields_read_by
+    from inference.config_groups import REMOTE_SETTINGS, SERVER_SETTINGS, RemoteSettings, ServerSettings
+
+    remote = EngineConfig(engine_type="openai", base_url="http://h:1/v1", api_key="k", upstream_model="m")
+    assert remote.remote() == RemoteSettings("http://h:1/v1", "k", "m", 600.0)
+    assert "k" not in repr(remote.remote())  # the key stays out of reprs and logs
+    served = EngineConfig(engine_type="vllm", tensor_parallel_size=2, startup_timeout=60)
+    assert served.server() == ServerSettings(2, 1, None, 60.0)
+    assert served.remote().base_url is None  # Mooncake picks the address of a server it starts
+    # Each group checks its own settings, so the flat config's errors name them.
+    with pytest.raises(ValueError, match="startup_timeout"):
+        EngineConfig(engine_type="sglang", startup_timeout=0)
+    with pytest.raises(ValueError, match="base_url must be an http"):
+        EngineConfig(engine_type="openai", base_url="ftp://h/v1")
+    with pytest.raises(ValueError, match="executable must not be empty"):
+        ServerSettings(executable=" ")
+    # What a type reads is its groups: `openai` the RemoteSettings, a supervised type its ServerSettings
+    # without the address and key; every setting is read by some type.
+    common = fields_read_by("openai") & fields_read_by("transformers")
+    assert fields_read_by("openai") - common == set(REMOTE_SETTINGS)
+    assert set(SERVER_SETTINGS) <= fields_read_by("tgi") and not {"base_url", "api_key"} & fields_read_by(
+        "tgi"
+    )
+    every = {f.name for f in dataclasses.fields(EngineConfig)}
+    assert set().union(*(fields_read_by(kind) for kind in ENGINE_TYPES)) == every

@@ -53,7 +53,7 @@ class RemoteEngine(FrontEnd):
         self.kv_capacity_tokens = 0
         self.model_details: dict[str, Any] = {"architecture": f"openai API at {upstream.host}"}
         self._context = source.context_length
-        self.health_monitor = UpstreamHealth(upstream, wanted=config.upstream_model)
+        self.health_monitor = UpstreamHealth(upstream, wanted=config.remote().upstream_model)
         self._metrics = MetricsCollector()
         self._lock = threading.Lock()  # the metrics and the running set: stats() reads from other threads
         self._running: dict[str, tuple[asyncio.AbstractEventLoop, list[asyncio.Task[None]]]] = {}
@@ -67,8 +67,9 @@ class RemoteEngine(FrontEnd):
             model_roots=config.model_roots,
             cache_dir=Path(config.cache_dir) if config.cache_dir else None,
         )
-        assert config.base_url is not None  # EngineConfig requires it for this engine type
-        upstream = Upstream(config.base_url, api_key=config.api_key, timeout=config.request_timeout)
+        remote = config.remote()
+        assert remote.base_url is not None  # EngineConfig requires it for this engine type
+        upstream = Upstream(remote.base_url, api_key=remote.api_key, timeout=remote.request_timeout)
         engine = cls(config, source, upstream)
         engine.health_monitor.start()
         return engine

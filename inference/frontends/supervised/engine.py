@@ -36,9 +36,10 @@ class SupervisedEngine(RemoteEngine):
     ) -> None:
         super().__init__(config, source, upstream)
         self.process = process
+        server = config.server()
         self.model_details = {
             "architecture": f"{config.engine_type} server (pid {process.pid}, tensor parallel "
-            f"{config.tensor_parallel_size}, pipeline parallel {config.pipeline_parallel_size})"
+            f"{server.tensor_parallel_size}, pipeline parallel {server.pipeline_parallel_size})"
         }
 
     @classmethod
@@ -59,11 +60,11 @@ class SupervisedEngine(RemoteEngine):
             server_command(config, executable=executable, port=port),
             health_url=root + kind.health_path,
             log_path=log_dir / f"{kind.name}-{_file_name(config.model)}.log",
-            startup_timeout=config.startup_timeout,
+            startup_timeout=config.server().startup_timeout,
         )
         process.start()
         try:
-            upstream = Upstream(root + kind.api_path, api_key=None, timeout=config.request_timeout)
+            upstream = Upstream(root + kind.api_path, api_key=None, timeout=config.remote().request_timeout)
             engine = cls(config, source, upstream, process)
             engine.health_monitor.start()
         except BaseException:

@@ -105,17 +105,18 @@ SERVER_KINDS: dict[str, ServerKind] = {
 def server_command(config: EngineConfig, *, executable: str, port: int) -> list[str]:
     """The exact argv that starts config's engine server on HOST:port."""
     kind = SERVER_KINDS[config.engine_type]
+    server = config.server()
     values: dict[str, Any] = {
         "host": HOST,
         "port": port,
-        "served_model_name": config.upstream_model or config.model,
+        "served_model_name": config.remote().upstream_model or config.model,
         "max_model_len": config.max_model_len,
         "gpu_memory_utilization": config.gpu_memory_utilization,
         "max_num_seqs": config.max_num_seqs,
-        "tensor_parallel_size": config.tensor_parallel_size,
+        "tensor_parallel_size": server.tensor_parallel_size,
         # Left out at 1 (every engine's default), so an engine version without the flag still starts.
-        "pipeline_parallel_size": config.pipeline_parallel_size
-        if config.pipeline_parallel_size > 1
+        "pipeline_parallel_size": server.pipeline_parallel_size
+        if server.pipeline_parallel_size > 1
         else None,
         "dtype": None if config.dtype == "auto" else config.dtype,
     }

@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from inference.config import ATTENTION_BACKENDS
+from inference.config_groups import ATTENTION_BACKENDS
 from inference.models.attention.base import AttentionBackend, BatchLayout
 from inference.models.attention.flash_backend import PAGED_BLOCK_MULTIPLE
 from inference.models.attention.torch_backend import TorchAttentionBackend

@@ -1,0 +1,160 @@
+"""The engine's settings in typed groups, each validated where it is built so an error names the setting.
+
+The native engine reads ModelConfig, CacheConfig and SchedulerConfig (grouped by concern, as vLLM's are);
+an upstream server is reached with RemoteSettings, and one Mooncake starts is run with ServerSettings.
+EngineConfig (inference.config) is the flat form users write, which builds these.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field, fields
+
+# The choice lists, defined once: validation here, the attention selector and the console's forms use them.
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
+QUANTIZATIONS = ("none", "gguf")
+
+# Defaults other layers size themselves by (the API refuses a request the queue could never hold).
+DEFAULT_MAX_QUEUE_LEN = 256
+
+
+def check_positive(name: str, value: int | float) -> None:
+    """The one positivity rule: EngineConfig, its groups and the model runner all apply it."""
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def check_memory_fraction(value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {value}")
+
+
+def off_or_positive(name: str, value: float | None) -> None:
+    if value is not None and value < 0:
+        raise ValueError(f"{name} must be > 0, or 0 / None for off, got {value!r}")
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    source: str
+    dtype: str = "auto"
+    device: str = "auto"
+    max_model_len: int | None = None
+    attention_backend: str = "auto"
+    seed: int = 0
+    quantization: str = "none"
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            raise ValueError("model must be 'default', an HF directory or a .gguf path")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}"
+            )
+        if self.max_model_len is not None:
+            check_positive("max_model_len", self.max_model_len)
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
+
+
+@dataclass(slots=True)
+class CacheConfig:
+    block_size: int = 16
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        check_positive("block_size", self.block_size)
+        if self.kv_cache_memory_bytes is not None:
+            check_positive("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
+        check_memory_fraction(self.gpu_memory_utilization)
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 4096
+    max_model_len: int = 8192
+    enable_chunked_prefill: bool = True
+    max_queue_len: int = DEFAULT_MAX_QUEUE_LEN
+    # While streams decode, shrink prefill chunks so a step takes about this long (see scheduler.py).
+    max_step_latency_ms: float | None = 100.0
+
+    def __post_init__(self) -> None:
+        check_positive("max_num_seqs", self.max_num_seqs)
+        check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        check_positive("max_model_len", self.max_model_len)
+        check_positive("max_queue_len", self.max_queue_len)
+        off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                f"({self.max_num_seqs}) so every running sequence can decode in one step"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            # Without chunking a whole prompt must fit in one step's token budget.
+            raise ValueError(
+                f"with enable_chunked_prefill=False, max_num_batched_tokens ({self.max_num_batched_tokens}) "
+                f"must be >= max_model_len ({self.max_model_len})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSettings:
+    """How an OpenAI-compatible upstream is reached: engine type openai, and the supervised types (whose
+    address Mooncake picks itself: base_url and api_key stay None)."""
+
+    base_url: str | None = None  # the upstream's OpenAI API root, e.g. http://vllm:8000/v1
+    api_key: str | None = field(default=None, repr=False)  # sent as a Bearer token; kept out of reprs
+    upstream_model: str | None = None  # the upstream's name for the model; None: the first it lists
+    request_timeout: float = 600.0  # seconds the upstream may stay silent (connecting: at most 10)
+
+    def __post_init__(self) -> None:
+        check_positive("request_timeout", self.request_timeout)
+        if self.base_url is not None:
+            check_base_url(self.base_url)
+        if self.upstream_model is not None and not self.upstream_model.strip():
+            raise ValueError(
+                "upstream_model must not be empty (leave it out to use the upstream's first model)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """The server Mooncake starts for types vllm, sglang and tgi (as flags: frontends.supervised.process)."""
+
+    tensor_parallel_size: int = 1  # GPUs per pipeline stage
+    pipeline_parallel_size: int = 1  # stages
+    # The engine's command (vllm, text-generation-launcher; for sglang the Python that has it); None: the
+    # web layer looks it up on PATH. The engine package reads no environment, so it is given the path.
+    executable: str | None = None
+    startup_timeout: float = 900.0  # seconds its server may take to answer /health (large models load slowly)
+
+    def __post_init__(self) -> None:
+        check_positive("tensor_parallel_size", self.tensor_parallel_size)
+        check_positive("pipeline_parallel_size", self.pipeline_parallel_size)
+        check_positive("startup_timeout", self.startup_timeout)
+        if self.executable is not None and not self.executable.strip():
+            raise ValueError(
+                "executable must not be empty (leave it out to find the engine's command on PATH)"
+            )
+
+
+REMOTE_SETTINGS = tuple(f.name for f in fields(RemoteSettings))
+SERVER_SETTINGS = tuple(f.name for f in fields(ServerSettings))
+
+
+def check_base_url(url: str) -> None:
+    """An absolute http(s) URL with a host: what every OpenAI-compatible server is reached by."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"base_url must be an http:// or https:// URL with a host, got {url!r}")
+    if parsed.query or parsed.fragment:
+        raise ValueError(f"base_url must not have a query or fragment, got {url!r}")
