@@ -32,11 +32,12 @@ def server_executable(config: EngineConfig) -> str:
     kind = config.engine_type
     if kind not in SUPERVISED_TYPES:
         raise ValueError(f"engine type {kind!r} starts no server")
-    if config.executable is not None:
-        path = shutil.which(config.executable)  # a path, or a command name to look up
+    executable = config.server().executable
+    if executable is not None:
+        path = shutil.which(executable)  # a path, or a command name to look up
         if path is None or not os.access(path, os.X_OK):
             raise EngineNotInstalledError(
-                f"engine.type {kind}: engine.executable {config.executable!r} is not an executable file"
+                f"engine.type {kind}: engine.executable {executable!r} is not an executable file"
             )
         return path
     if kind == "sglang":
