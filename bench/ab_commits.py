@@ -143,7 +143,7 @@ class Server:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
         log(f"{self.side}: {self.rev} from {self.tree} on {self.url} (log {self.log_path})")
-        command = [python, "-m", "webapp.core.server", "--host", "127.0.0.1", "--port", str(self.port)]
+        command = [python, "-m", "webapp.serving.server", "--host", "127.0.0.1", "--port", str(self.port)]
         with self.log_path.open("wb") as out:
             # Its own session: a Ctrl-C reaches only us, and stop() ends both servers the same way.
             self.process = subprocess.Popen(

@@ -265,7 +265,7 @@ start_ours() {  # name [speculative settings]
         MOONCAKE_API_AUTH=off MOONCAKE_CONFIG="$OURS_DATA/mooncake.yaml" PYTHONUNBUFFERED=1)
     env "${env[@]}" "$PY" manage.py migrate --noinput >"$OURS_DATA/migrate.log" 2>&1 || return 1
     log "$name: starting on 127.0.0.1:$PORT (log $OUT/$name-server.log)"
-    env "${env[@]}" "${PIN[@]}" "$PY" -m webapp.core.server --host 127.0.0.1 --port "$PORT" \
+    env "${env[@]}" "${PIN[@]}" "$PY" -m webapp.serving.server --host 127.0.0.1 --port "$PORT" \
         >"$OUT/$name-server.log" 2>&1 &
     SERVER_PID=$!
     wait_http "http://127.0.0.1:$PORT/health" "$SERVER_PID" "$OUT/$name-server.log" 600

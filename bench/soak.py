@@ -2,7 +2,7 @@
 
     python bench/soak.py [--minutes 30] [--clients 2] [--warmup-minutes 2] [--json out.json]
 
-Starts `python -m webapp.core.server` with the default model, a fresh data directory and API auth off
+Starts `python -m webapp.serving.server` with the default model, a fresh data directory and API auth off
 (the test suite's live-server helper), then each client loops until the time is up over: streamed and
 plain chat completions (max_tokens 8-64), plain completions, streams it drops after a few chunks, and bad
 requests (malformed JSON, out-of-range parameters) that must be 4xx. Every --sample-seconds it records the

@@ -3,7 +3,7 @@
 Web code imports engine names from here only. Nothing here imports torch, directly or through the
 modules it re-exports, so Django, management commands and Celery workers load without it; the modules
 that do need torch (AsyncEngine, ModelManager) are built by the web app's composition root alone
-(webapp/core/engine.py). tests/inference/test_api_contract.py holds both rules.
+(webapp/serving/engine.py). tests/inference/test_api_contract.py holds both rules.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 if TYPE_CHECKING:
     from tests.services import Service
     from tests.webapp.fake_engine import FakeEngine, FakeModelManager
-    from webapp.core.runtime import Runtime
+    from webapp.serving.runtime import Runtime
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -76,9 +76,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def runtime() -> Iterator[Runtime]:
-    """A fresh runtime per test: its own manager slot, limiter, jobs, services and first-run cache."""
-    from webapp.core.runtime import Runtime, install_runtime
+    """A fresh runtime per test: its own manager slot, limiter, jobs and services; and the first-run
+    answer asked of the database again."""
+    from webapp.core import first_run
+    from webapp.serving.runtime import Runtime, install_runtime
 
+    first_run.forget()
     fresh = Runtime()
     previous = install_runtime(fresh)
     yield fresh

@@ -1,4 +1,4 @@
-"""Real servers for the tests: `python -m webapp.core.server` as a subprocess with its own data directory.
+"""Real servers for the tests: `python -m webapp.serving.server` as a subprocess with its own data directory.
 
 Starting one is kept cheap, as a deployment's replicas are: every server of a run shares one cache folder
 (converted models, compiled kernels), a fresh SQLite database is a copy of one migrated once per run, and
@@ -187,7 +187,7 @@ def session_snippet(username: str) -> str:
 
 @dataclass
 class LiveDaphne:
-    """A running `python -m webapp.core.server` with its own data directory and database."""
+    """A running `python -m webapp.serving.server` with its own data directory and database."""
 
     host: str
     port: int
@@ -279,8 +279,9 @@ def start_live_daphne(
     server = LiveDaphne("127.0.0.1", free_port(), data_dir, environment, data_dir / "server.log")
     prepare_database(environment, data_dir)
     with server.log_path.open("wb") as log:
+        command = [sys.executable, "-m", "webapp.serving.server", "--host", server.host]
         server.process = subprocess.Popen(
-            [sys.executable, "-m", "webapp.core.server", "--host", server.host, "--port", str(server.port)],
+            [*command, "--port", str(server.port)],
             env=environment, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     ready_path = "/health" if autoload and wait_ready else "/version"

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("inference", "webapp")
-APPS = ("accounts", "api", "chat", "console", "core", "documents", "organize", "preferences")
+APPS = ("accounts", "api", "chat", "console", "core", "documents", "organize", "preferences", "serving")
 CONTRACT = "inference.api"
 MAX_LINES = 300
 REASON = "Over 300 lines:"
@@ -236,6 +236,20 @@ def test_no_import_cycles_between_web_modules() -> None:
     assert not found, "import cycles in webapp/:\n" + "\n".join(_describe(c, imports, modules) for c in found)
 
 
+def test_core_and_serving_sit_below_the_apps() -> None:
+    """webapp.core (settings and cross-app plumbing) imports no other web app; webapp.serving (runtime,
+    generation service, limits, streams) imports only core; chat, the API and the console present it."""
+    below = {"core": {"core"}, "serving": {"core", "serving"}}
+    bad = [
+        f"{imp.where()} imports {imp.target}"
+        for imp in import_graph(["webapp"])
+        if (source := _app_of(imp.source)) in below
+        and (target := _app_of(imp.target)) is not None
+        and target not in below[source]
+    ]
+    assert not bad, "core and serving must not import the apps above them:\n" + "\n".join(bad)
+
+
 def test_modules_over_300_lines_say_why() -> None:
     oversized = []
     for path in source_files().values():
@@ -299,14 +313,14 @@ def test_contract_module_loads_no_torch() -> None:
 
 
 def test_the_web_layer_builds_sampling_params_in_one_place() -> None:
-    """Chat replies, titles and API requests get their SamplingParams from webapp.core.sampling, so the
+    """Chat replies, titles and API requests get their SamplingParams from webapp.serving.sampling, so the
     engine's checks become the same 400 everywhere."""
     builders: list[str] = []
     for module, path in source_files(["webapp"]).items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "SamplingParams":
                 builders.append(f"{module}:{node.lineno}")
-    assert [where.split(":")[0] for where in builders] == ["webapp.core.sampling"], builders
+    assert [where.split(":")[0] for where in builders] == ["webapp.serving.sampling"], builders
 
 
 # The engine's layers: the contract and shared settings at the top of inference/, then models (architectures

@@ -22,8 +22,8 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.urls import get_resolver  # noqa: E402
 
 from webapp.core.api_asgi import ApiASGIHandler, ApiOrSite  # noqa: E402
-from webapp.core.runtime import get_runtime  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
+from webapp.serving.runtime import get_runtime  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     call_command("migrate", interactive=False, verbosity=0)
     port = int(args.port or settings.MOONCAKE["server"]["port"])
     commands = {
-        "server": [sys.executable, "-m", "webapp.core.server", "--host", host, "--port", str(port)],
+        "server": [sys.executable, "-m", "webapp.serving.server", "--host", host, "--port", str(port)],
     }
     if not args.no_worker:
         commands["worker"] = worker_command()
@@ -113,7 +113,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from django.conf import settings
     from django.core.management import call_command
 
-    from webapp.core.config_report import config_report
+    from webapp.serving.config_report import config_report
 
     call_command("check")
     print(f"settings:     {os.environ['DJANGO_SETTINGS_MODULE']}")
@@ -150,10 +150,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     _setup_django(args.config, args.settings)
     from django.conf import settings
 
-    from webapp.core.config_report import describe_hub
     from webapp.core.hub_models import parse_hub_id
     from webapp.core.model_list import listed_models, source_of
     from webapp.core.modelpaths import check_source
+    from webapp.serving.config_report import describe_hub
 
     mooncake = settings.MOONCAKE
     print("Configured:")

@@ -1,4 +1,5 @@
-"""Root URLconf: core (health, version, setup, login), chat at /chat/, the OpenAI API, console, /metrics."""
+"""Root URLconf: serving (health, /metrics), core (version, setup, login), chat at /chat/, the OpenAI API,
+the console."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -9,6 +10,8 @@ urlpatterns = [
     # Ahead of core: its /login/ (with sign-up, SSO and the throttle's message) replaces core's plain one.
     path("", include("webapp.accounts.urls")),
     path("", include("webapp.core.urls")),
+    # Ahead of django_prometheus.urls' own "metrics" route, which serving's shadows.
+    path("", include("webapp.serving.urls")),
     path("admin/", admin.site.urls),
     path("", include("django_prometheus.urls")),
     path("chat/", include("webapp.chat.urls")),

@@ -111,7 +111,7 @@ class Cluster:
         server = LiveDaphne("127.0.0.1", port, data, env, data / "server.log")
         with server.log_path.open("ab") as log:
             server.process = subprocess.Popen(
-                [sys.executable, "-m", "webapp.core.server", "--host", server.host, "--port", str(port)],
+                [sys.executable, "-m", "webapp.serving.server", "--host", server.host, "--port", str(port)],
                 env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.replicas[name] = server

@@ -1,6 +1,6 @@
 """The limits a signed-in caller is admitted under: its key's, its own and each of its groups'.
 
-The limiter checks every bucket (webapp.core.limits), so the strictest applies; a used-up daily quota
+The limiter checks every bucket (webapp.serving.limits), so the strictest applies; a used-up daily quota
 (webapp.accounts.quotas) refuses the request before any of them is counted.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from webapp.accounts.models import ApiKey, GroupPolicy
 from webapp.accounts.quotas import quota_refusal
 from webapp.accounts.selectors import api_key_limits, user_limits
-from webapp.core.limits import Bucket, Limits
+from webapp.serving.limits import Bucket, Limits
 
 
 def group_limits(*, user_id: int) -> list[tuple[Bucket, Limits]]:

@@ -3,7 +3,7 @@
 A quota counts prompt plus generated tokens of the UTC day, from the daily usage every finished request
 (API or chat) writes to the database, so it holds across replicas. A group's quota counts its members'
 tokens together. The strictest applies: any quota that is used up refuses the request (429, retry at the
-next UTC midnight). Per-minute limits and concurrency are the limiter's (webapp.core.limits).
+next UTC midnight). Per-minute limits and concurrency are the limiter's (webapp.serving.limits).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from django.db import transaction
 from webapp.accounts.models import RequestLog
 from webapp.accounts.services import usage_record
 from webapp.core.engine_settings import log_prompts_enabled
-from webapp.core.generation import Usage
 from webapp.core.request_id import get_request_id
+from webapp.serving.generation import Usage
 
 logger = logging.getLogger(__name__)
 

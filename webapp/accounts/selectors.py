@@ -12,7 +12,7 @@ from django.db.models import QuerySet, Sum
 
 from webapp.accounts.keys import hash_secret
 from webapp.accounts.models import AccountStatus, ApiKey, DailyUsage, SignupSettings, UserApiLimits
-from webapp.core.limits import Limits
+from webapp.serving.limits import Limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         from webapp.api.services.streaming import cut_streams
-        from webapp.core.runtime import register_load_hook
-        from webapp.core.stream_cuts import register_stream_cutter
+        from webapp.serving.runtime import register_load_hook
+        from webapp.serving.stream_cuts import register_stream_cutter
 
         register_stream_cutter(cut_streams)
         register_load_hook(_warm_grammar)

@@ -13,8 +13,8 @@ from webapp.accounts.models import ApiKey
 from webapp.accounts.selectors import api_key_get_active, default_limits
 from webapp.accounts.services import api_key_touch
 from webapp.core.errors import AuthenticationFailed
-from webapp.core.limits import Bucket, Limits
-from webapp.core.model_access import ANONYMOUS, Viewer, viewer_for_user
+from webapp.serving.limits import Bucket, Limits
+from webapp.serving.model_access import ANONYMOUS, Viewer, viewer_for_user
 
 
 @dataclass(frozen=True, slots=True)

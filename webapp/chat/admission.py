@@ -23,14 +23,14 @@ from webapp.accounts.request_log import RequestRecord, request_record_save
 from webapp.api.services.models import model_name
 from webapp.chat import selectors, services
 from webapp.chat.models import Conversation, Message
-from webapp.core.chat_context import extend_chat_prompt
 from webapp.core.errors import MODEL_RETRY_AFTER_S, InvalidRequest, MooncakeError, Unavailable
-from webapp.core.generation import GenerationRequest, GenerationRun, Prepared
-from webapp.core.limits import Limits
-from webapp.core.model_access import viewer_for_user
-from webapp.core.prompts import check_prompt, render_chat, render_continuation
-from webapp.core.runtime import get_runtime
-from webapp.core.sampling import sampling_params
+from webapp.serving.chat_context import extend_chat_prompt
+from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared
+from webapp.serving.limits import Limits
+from webapp.serving.model_access import viewer_for_user
+from webapp.serving.prompts import check_prompt, render_chat, render_continuation
+from webapp.serving.runtime import get_runtime
+from webapp.serving.sampling import sampling_params
 
 ENDPOINT = "chat"
 

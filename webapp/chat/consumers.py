@@ -15,7 +15,7 @@ from webapp.chat.guard import CLOSE_POLICY_VIOLATION, FrameError, FrameLimiter, 
 from webapp.chat.models import Conversation
 from webapp.chat.sockets import CLOSE_TOO_MANY_SOCKETS, OpenSockets
 from webapp.core.errors import InvalidRequest, MooncakeError, NotFound
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from webapp.chat.selectors import available_models
-from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
+from webapp.serving.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 
 class RenameForm(forms.Form):

@@ -33,8 +33,8 @@ from webapp.chat.models import Conversation, Message
 from webapp.chat.replicas import ReplyCoordinator
 from webapp.chat.titles import TitleWriter
 from webapp.core.errors import Conflict
-from webapp.core.generation import GenerationRun
-from webapp.core.runtime import get_runtime
+from webapp.serving.generation import GenerationRun
+from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

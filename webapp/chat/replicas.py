@@ -22,7 +22,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from webapp.chat import leases
-from webapp.core.cancellation import raise_if_cancel_was_swallowed
+from webapp.serving.cancellation import raise_if_cancel_was_swallowed
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from django.http import Http404
 from webapp.chat.leases import reply_is_live
 from webapp.chat.models import Branch, Conversation, Message
 from webapp.core.errors import InvalidRequest, NotFound
-from webapp.core.model_access import viewer_for_user, visible
-from webapp.core.runtime import get_runtime
 from webapp.core.selectors import model_defaults
 from webapp.core.site import site_settings
+from webapp.serving.model_access import viewer_for_user, visible
+from webapp.serving.runtime import get_runtime
 
 PAGE_SIZE = 30
 

@@ -10,7 +10,7 @@ from webapp.chat import leases
 from webapp.chat.models import Conversation, Message
 from webapp.chat.selectors import chat_defaults, draft_conversation
 from webapp.core.errors import InvalidRequest, NotFound
-from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
+from webapp.serving.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 MAX_MESSAGE_CHARS = 32_000
 MAX_TITLE_CHARS = 200

@@ -28,12 +28,12 @@ from webapp.chat import events, services
 from webapp.chat.admission import record_failure
 from webapp.chat.models import Message
 from webapp.core.errors import MooncakeError
-from webapp.core.generation import GenerationRequest, GenerationRun, Prepared
-from webapp.core.limits import Bucket, Limits
-from webapp.core.model_access import Viewer, viewer_for_user
-from webapp.core.prompts import check_prompt, render_chat
-from webapp.core.runtime import get_runtime
-from webapp.core.sampling import sampling_params
+from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared
+from webapp.serving.limits import Bucket, Limits
+from webapp.serving.model_access import Viewer, viewer_for_user
+from webapp.serving.prompts import check_prompt, render_chat
+from webapp.serving.runtime import get_runtime
+from webapp.serving.sampling import sampling_params
 
 logger = logging.getLogger(__name__)
 

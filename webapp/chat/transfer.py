@@ -23,7 +23,7 @@ from webapp.chat.models import Conversation, Message
 from webapp.chat.selectors import active_path
 from webapp.chat.services import MAX_MESSAGE_CHARS
 from webapp.core.errors import InvalidRequest
-from webapp.core.sampling import ChatReplyTokens, Temperature, TopP
+from webapp.serving.sampling import ChatReplyTokens, Temperature, TopP
 
 FORMAT: Literal["mooncake.chat"] = "mooncake.chat"
 MAX_IMPORT_BYTES = 5 * 1024 * 1024

@@ -13,8 +13,8 @@ from typing import Any
 import psutil
 
 from webapp.accounts.models import RequestLog
-from webapp.core.gpu_probe import console_gpu as _gpu
-from webapp.core.runtime import get_runtime
+from webapp.serving.gpu_probe import console_gpu as _gpu
+from webapp.serving.runtime import get_runtime
 
 HISTORY = 300  # samples kept (5 minutes at one a second)
 MIN_INTERVAL = 0.9  # seconds; pollers faster than this share the latest sample

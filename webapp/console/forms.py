@@ -14,7 +14,6 @@ from django.utils.safestring import SafeString, mark_safe
 from inference.api import EngineConfig
 from webapp.accounts.models import RequestLog
 from webapp.console.paths import ModelPathError, confine_model_path
-from webapp.core.engine import engine_config_dict
 from webapp.core.engine_settings import ENGINE_FIELDS
 from webapp.core.models import (
     ATTENTION_BACKEND_CHOICES,
@@ -23,7 +22,8 @@ from webapp.core.models import (
     EngineSettings,
     ModelRegistration,
 )
-from webapp.core.sampling import TEMPERATURE, TOKEN_COUNT, TOP_K, TOP_P, Range
+from webapp.serving.engine import engine_config_dict
+from webapp.serving.sampling import TEMPERATURE, TOKEN_COUNT, TOP_K, TOP_P, Range
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 _CODE_SPAN = re.compile(r"`([^`]+)`")
@@ -88,7 +88,7 @@ class ModelDefaultsForm(forms.Form):
         help_text="gguf runs a GGUF's 4-bit layers as they are (CPU, bf16): less memory, faster single "
         "streams, slower large batches and long prompts.",
     )
-    # The API's own ranges (webapp.core.sampling), so a saved default is one every request accepts.
+    # The API's own ranges (webapp.serving.sampling), so a saved default is one every request accepts.
     temperature = forms.FloatField(
         required=False, min_value=TEMPERATURE.low, max_value=TEMPERATURE.high, help_text="0 is greedy."
     )

@@ -12,8 +12,8 @@ from django.contrib.auth.models import Group, User
 from django.db import transaction
 
 from webapp.accounts.models import GroupPolicy
-from webapp.core.model_access import restrictions_changed
 from webapp.core.models import ModelRegistration
+from webapp.serving.model_access import restrictions_changed
 
 POLICY_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "daily_token_quota")
 

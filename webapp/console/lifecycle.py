@@ -16,9 +16,9 @@ from webapp.console.registry import engine_config_for, manager_options, manager_
 from webapp.console.replication import ModelSync, announce, config_key, model_sync
 from webapp.core.engine_settings import drain_timeout, engine_settings_get
 from webapp.core.errors import Conflict, NotFound
-from webapp.core.jobs import ProcessJob
 from webapp.core.models import EngineSettings, ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.jobs import ProcessJob
+from webapp.serving.runtime import get_runtime
 
 
 def _sync() -> ModelSync:

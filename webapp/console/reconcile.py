@@ -16,7 +16,7 @@ from webapp.console.registry import sync_manager
 from webapp.console.replication import BUSY_STATES, ModelSync, config_key
 from webapp.core.engine_settings import engine_settings_get
 from webapp.core.models import ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 

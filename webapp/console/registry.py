@@ -9,12 +9,12 @@ from django.conf import settings
 from django.db import transaction
 
 from inference.api import DTYPES, QUANTIZATIONS, EngineConfig, ModelManagerClient
-from webapp.core.engine import engine_config_dict
 from webapp.core.engine_settings import engine_settings_get, memory_budget, resolve_registered_engine
 from webapp.core.errors import Conflict
 from webapp.core.model_list import find_listed
 from webapp.core.models import EngineSettings, ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.engine import engine_config_dict
+from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 

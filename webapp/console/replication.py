@@ -24,7 +24,7 @@ from django.utils import timezone
 from webapp.console.models import Replica
 from webapp.console.registry import engine_config_for, manager_options
 from webapp.core.models import ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from inference.api import ModelInfo
 from webapp.accounts.models import RequestLog
 from webapp.console.models import AuditLog, ConsoleJob
 from webapp.console.replication import BUSY_STATES, live_replicas
-from webapp.core.jobs import ProcessJob
 from webapp.core.models import ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.jobs import ProcessJob
+from webapp.serving.runtime import get_runtime
 
 PAGE_SIZE = 100
 # The request log pages through everything kept: 50 rows stay readable on one screen.

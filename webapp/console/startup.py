@@ -3,7 +3,7 @@ make the saved default the default, and start following the other replicas (cons
 
 from __future__ import annotations
 
-from webapp.core.runtime import register_start_hook
+from webapp.serving.runtime import register_start_hook
 
 
 def take_up_saved_models() -> None:

@@ -8,7 +8,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from webapp.core.runtime import get_runtime
+from webapp.core.first_run import remember_setup_done, setup_known_done
 from webapp.core.selectors import ausers_exist, users_exist
 
 # The OpenAI-compatible API's paths (served by webapp.core.api_asgi's lean handler).
@@ -18,8 +18,7 @@ EXEMPT_PREFIXES = ("/setup/", "/static/", "/health", "/version", "/metrics", *AP
 
 
 def _needs_check(request: HttpRequest) -> bool:
-    # Once an account exists it always will: the runtime remembers, and the database is asked no more.
-    return not get_runtime().setup_done and not request.path.startswith(EXEMPT_PREFIXES)
+    return not setup_known_done() and not request.path.startswith(EXEMPT_PREFIXES)
 
 
 def _redirect() -> HttpResponse:
@@ -35,7 +34,7 @@ def first_run_setup_middleware(
             if _needs_check(request):
                 if not await ausers_exist():
                     return _redirect()
-                get_runtime().setup_done = True
+                remember_setup_done()
             return await get_response(request)
 
         return markcoroutinefunction(amiddleware)
@@ -44,7 +43,7 @@ def first_run_setup_middleware(
         if _needs_check(request):
             if not users_exist():
                 return _redirect()
-            get_runtime().setup_done = True
+            remember_setup_done()
         return get_response(request)  # type: ignore[return-value]
 
     return middleware

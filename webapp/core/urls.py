@@ -2,15 +2,11 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from webapp.core import views
-from webapp.core.metrics_view import metrics
 
 app_name = "core"
 
 urlpatterns = [
-    path("health", views.health, name="health"),
     path("version", views.version, name="version"),
-    # Ahead of django_prometheus.urls' own "metrics" route (webapp/urls.py), which it shadows.
-    path("metrics", metrics, name="metrics"),
     path("setup/", views.setup, name="setup"),
     path("banner/dismiss/", views.banner_dismiss, name="banner-dismiss"),
     path(

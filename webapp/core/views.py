@@ -1,4 +1,4 @@
-"""Health, version and the first-run setup page. Thin: the logic is in health.py and services.py."""
+"""Version and the first-run setup page. Thin: the logic is in services.py."""
 
 from __future__ import annotations
 
@@ -10,19 +10,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.forms import FirstAdminForm
-from webapp.core.health import default_engine_readiness
 from webapp.core.selectors import users_exist
 from webapp.core.services import SetupAlreadyDoneError, first_admin_create
 from webapp.core.setup_access import log_setup_link, setup_allowed
 from webapp.core.site import BANNER_COOKIE
 from webapp.core.version import app_version
-
-
-@never_cache
-@require_GET
-async def health(request: HttpRequest) -> JsonResponse:
-    readiness = default_engine_readiness()
-    return JsonResponse(readiness.as_json(), status=200 if readiness.ready else 503)
 
 
 @require_GET

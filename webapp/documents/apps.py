@@ -6,8 +6,8 @@ class DocumentsConfig(AppConfig):
     name = "webapp.documents"
 
     def ready(self) -> None:
-        from webapp.core import chat_context
         from webapp.documents import citations, hooks
+        from webapp.serving import chat_context
 
         # Documents join each reply's prompt; each new reply is linked to the passages its prompt used.
         chat_context.register("documents", hooks.extend)

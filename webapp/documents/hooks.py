@@ -1,4 +1,4 @@
-"""The chat's one hook into documents: registered with webapp.core.chat_context when the app is ready, so
+"""The chat's one hook into documents: registered with webapp.serving.chat_context when the app is ready, so
 webapp.chat.admission runs with_documents() while preparing a reply, before the prompt is templated and
 checked (the chat never imports this app)."""
 
@@ -11,10 +11,10 @@ from django.conf import settings
 
 from inference.api import EngineClient
 from webapp.chat.models import Conversation
-from webapp.core.prompts import encode_text, render_chat
 from webapp.documents import citations
 from webapp.documents.context import document_context
 from webapp.documents.selectors import has_context_documents
+from webapp.serving.prompts import encode_text, render_chat
 
 # Tokens kept free for the template's wrapping of the added system text.
 TEMPLATE_MARGIN = 32
@@ -31,7 +31,7 @@ async def with_documents(
 async def extend(
     conversation: object, messages: list[dict[str, Any]], engine: EngineClient
 ) -> list[dict[str, Any]]:
-    """The extender webapp.core.chat_context runs for every reply."""
+    """The extender webapp.serving.chat_context runs for every reply."""
     if not isinstance(conversation, Conversation):
         return messages
     return await with_documents(conversation=conversation, messages=messages, engine=engine)

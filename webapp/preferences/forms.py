@@ -7,10 +7,10 @@ from typing import Any
 from django import forms
 from django.contrib.auth.models import User
 
-from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 from webapp.preferences.models import MAX_BODY_CHARS, MAX_TITLE_CHARS
 from webapp.preferences.selectors import model_options
 from webapp.preferences.services import MAX_MODEL_CHARS, MAX_SYSTEM_PROMPT_CHARS
+from webapp.serving.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 
 class DefaultsForm(forms.Form):

@@ -11,10 +11,10 @@ from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 from django.http import Http404
 
 from webapp.core.errors import PermissionDenied
-from webapp.core.model_access import viewer_for_user, visible
-from webapp.core.runtime import get_runtime
 from webapp.core.selectors import model_defaults
 from webapp.preferences.models import SavedPrompt, UserDefaults
+from webapp.serving.model_access import viewer_for_user, visible
+from webapp.serving.runtime import get_runtime
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -6,7 +6,6 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from webapp.core.errors import InvalidRequest, PermissionDenied
-from webapp.core.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P, Range
 from webapp.preferences.models import (
     MAX_BODY_CHARS,
     MAX_PROMPTS_PER_USER,
@@ -15,6 +14,7 @@ from webapp.preferences.models import (
     UserDefaults,
 )
 from webapp.preferences.selectors import can_edit, own_prompt_count
+from webapp.serving.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P, Range
 
 MAX_SYSTEM_PROMPT_CHARS = 32_000  # the chat's own settings form allows as much
 MAX_MODEL_CHARS = 200

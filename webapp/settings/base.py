@@ -59,7 +59,7 @@ MOONCAKE_CHAT_MAX_SOCKETS_PER_USER = _server.chat_max_sockets_per_user
 MOONCAKE_CHAT_REPLY_LEASE_SECONDS = _server.chat_reply_lease_seconds
 # How this replica names itself on the console's Models and Live pages.
 MOONCAKE_REPLICA_NAME = _server.replica_name or socket.gethostname()
-# When set, /metrics answers only `Authorization: Bearer <token>` (webapp.core.metrics_view); a secret,
+# When set, /metrics answers only `Authorization: Bearer <token>` (webapp.serving.metrics_view); a secret,
 # so it is not part of the config report's settings.
 MOONCAKE_METRICS_TOKEN = env_str("MOONCAKE_METRICS_TOKEN", "").strip()
 
@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "django_prometheus",
     "axes",
     "webapp.core",
+    "webapp.serving",
     "webapp.accounts",
     "webapp.chat",
     "webapp.api",
@@ -98,7 +99,7 @@ MIDDLEWARE = [
     "webapp.core.body_limits.body_limit_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # Before CommonMiddleware's Host check: Prometheus scrapes each replica by its IP.
-    "webapp.core.metrics_host.metrics_host_middleware",
+    "webapp.serving.metrics_host.metrics_host_middleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

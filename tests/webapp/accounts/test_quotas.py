@@ -16,7 +16,7 @@ from webapp.accounts.models import ApiKey, GroupPolicy, UserApiLimits
 from webapp.accounts.quotas import quota_lines, seconds_to_reset
 from webapp.accounts.services import api_key_create, usage_record
 from webapp.core.errors import RateLimited
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

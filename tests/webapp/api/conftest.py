@@ -11,7 +11,7 @@ from django.test import AsyncClient
 
 from tests.webapp.api.live import api_key, api_server, oai
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 __all__ = ["api_key", "api_server", "oai"]  # session fixtures for the live suites
 

@@ -13,7 +13,7 @@ from django.core.handlers.asgi import ASGIHandler
 from tests.webapp.api.test_validation import USER
 from tests.webapp.fake_engine import FakeEngine
 from webapp.api.services.streaming import DONE, cut_streams, sse_frames
-from webapp.core.stream_cuts import cut_all_streams
+from webapp.serving.stream_cuts import cut_all_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

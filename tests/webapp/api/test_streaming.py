@@ -21,9 +21,9 @@ from webapp.accounts.request_log import RequestRecord
 from webapp.api.auth import Caller
 from webapp.api.responses import _background, _stream_response
 from webapp.api.services.pipeline import ApiRun
-from webapp.core.generation import GenerationRun
-from webapp.core.limits import RateLimiter
-from webapp.core.streams import Generation
+from webapp.serving.generation import GenerationRun
+from webapp.serving.limits import RateLimiter
+from webapp.serving.streams import Generation
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 

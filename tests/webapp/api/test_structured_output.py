@@ -31,7 +31,7 @@ from webapp.api.services.grammar import (
     json_schema_grammar,
     ll_tokenizer,
 )
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 TEST_CACHE_DIR = shared_cache_dir()
 CHAT = "/v1/chat/completions"

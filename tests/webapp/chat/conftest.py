@@ -10,7 +10,7 @@ from webapp.chat import services
 from webapp.chat.models import Conversation
 
 if TYPE_CHECKING:
-    from webapp.core.runtime import Runtime
+    from webapp.serving.runtime import Runtime
 
 
 @pytest.fixture(autouse=True)

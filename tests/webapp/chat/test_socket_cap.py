@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from tests.webapp.chat.wsutil import open_socket
 from webapp.chat.models import Conversation
 from webapp.chat.sockets import CLOSE_TOO_MANY_SOCKETS, OpenSockets
-from webapp.core.runtime import Runtime
+from webapp.serving.runtime import Runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

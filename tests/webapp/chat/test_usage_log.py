@@ -26,7 +26,7 @@ from webapp.core.errors import RateLimited
 from webapp.core.models import EngineSettings
 
 if TYPE_CHECKING:
-    from webapp.core.runtime import Runtime
+    from webapp.serving.runtime import Runtime
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 

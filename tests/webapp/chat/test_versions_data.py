@@ -18,7 +18,7 @@ from tests.webapp.chat.fakes import FakeEngine
 from webapp.chat import selectors, services, transfer
 from webapp.chat.models import Conversation, Message
 from webapp.core.errors import InvalidRequest
-from webapp.core.prompts import render_continuation
+from webapp.serving.prompts import render_continuation
 
 
 def _tree(chat: Conversation) -> tuple[Message, Message, Message, Message]:

@@ -12,7 +12,7 @@ from django.test import Client
 
 from inference import EngineConfig, ModelManager
 from tests.webapp.fake_engine import FakeEngine
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 MIB = 2**20
 

@@ -15,8 +15,8 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from inference import SamplingParams
-from webapp.core import gpu_probe
-from webapp.core.gpu_probe import GpuReading
+from webapp.serving import gpu_probe
+from webapp.serving.gpu_probe import GpuReading
 
 DOCKER = Path(__file__).resolve().parents[3] / "docker"
 METRIC = re.compile(r"\b((?:mooncake:|mooncake_|process_|django_)[A-Za-z0-9_:]+)")

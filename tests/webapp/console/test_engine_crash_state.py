@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from inference import AsyncEngine, EngineConfig, EngineDeadError, ModelManager, SamplingParams
 from tests.inference.fakes import fake_engine
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 pytestmark = pytest.mark.database
 

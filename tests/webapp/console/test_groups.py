@@ -11,8 +11,8 @@ from django.test import Client
 
 from webapp.accounts.models import GroupPolicy
 from webapp.console.models import AuditLog
-from webapp.core.model_access import may_use, restrictions, viewer_for_user
 from webapp.core.models import ModelRegistration
+from webapp.serving.model_access import may_use, restrictions, viewer_for_user
 
 pytestmark = pytest.mark.django_db
 

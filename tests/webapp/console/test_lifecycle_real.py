@@ -16,7 +16,7 @@ from inference.models.loader import default_gguf_path
 from webapp.console.models import AuditLog
 from webapp.console.registry import sync_manager
 from webapp.core.models import EngineSettings
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 pytestmark = pytest.mark.slow
 

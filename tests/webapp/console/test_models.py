@@ -16,7 +16,7 @@ from tests.webapp.console.conftest import MIB, SizedFakeEngine, make_hf_dir
 from webapp.console.models import AuditLog
 from webapp.console.registry import sync_manager
 from webapp.core.models import EngineSettings, ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 
 def register(client: Client, root: Path, name: str, **extra: Any) -> Any:

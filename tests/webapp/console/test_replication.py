@@ -22,7 +22,7 @@ from webapp.console.reconcile import reconcile
 from webapp.console.replication import ModelSync, announce, model_sync
 from webapp.console.startup import take_up_saved_models
 from webapp.core.models import ModelRegistration
-from webapp.core.runtime import Runtime, install_runtime
+from webapp.serving.runtime import Runtime, install_runtime
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 

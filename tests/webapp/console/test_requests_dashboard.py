@@ -16,7 +16,7 @@ from webapp.accounts.models import RequestLog
 from webapp.console import dashboard
 from webapp.console.templatetags import console as console_filters
 from webapp.core.models import EngineSettings
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 
 @pytest.fixture

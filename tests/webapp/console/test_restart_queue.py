@@ -15,7 +15,7 @@ from django.urls import reverse
 from inference import AsyncEngine, EngineConfig, ModelManager, RequestOutput, SamplingParams
 from tests.inference.fakes import reference_greedy, slow_async_engine
 from tests.webapp.console.test_tuning import VALID
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 pytestmark = pytest.mark.database
 

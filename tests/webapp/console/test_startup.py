@@ -8,7 +8,7 @@ from django.test import Client
 
 from inference import ModelManager
 from webapp.core.models import ModelRegistration
-from webapp.core.runtime import Runtime
+from webapp.serving.runtime import Runtime
 
 
 @pytest.mark.database

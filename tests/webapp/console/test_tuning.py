@@ -17,7 +17,7 @@ from webapp.console.models import AuditLog
 from webapp.console.registry import engine_config_for
 from webapp.core.engine_settings import engine_overrides, engine_settings_get
 from webapp.core.models import EngineSettings, ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 VALID = {
     "max_num_seqs": "8",

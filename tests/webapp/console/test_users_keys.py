@@ -14,7 +14,7 @@ from django.urls import reverse
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.accounts.models import ApiKey, DailyUsage, UserApiLimits
 from webapp.console.models import AuditLog
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from inference import EngineConfig
 from webapp.core.config import YAML_DEFAULTS as DEFAULTS
 from webapp.core.config import load_mooncake_config, resolve_settings
-from webapp.core.engine import build_engine_config, engine_config_dict, served_model_name
+from webapp.serving.engine import build_engine_config, engine_config_dict, served_model_name
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

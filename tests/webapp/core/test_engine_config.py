@@ -8,10 +8,10 @@ import pytest
 
 from webapp.console.registry import engine_config_for
 from webapp.core.config import Sourced, resolve_settings
-from webapp.core.engine import engine_config_dict, resolve_builtin_engine
 from webapp.core.engine_config import console_layer, resolve_engine
 from webapp.core.engine_settings import resolve_registered_engine
 from webapp.core.models import EngineSettings, ModelRegistration
+from webapp.serving.engine import engine_config_dict, resolve_builtin_engine
 
 
 def _env(**values: str) -> dict[str, Sourced]:

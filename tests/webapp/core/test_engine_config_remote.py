@@ -10,10 +10,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from webapp.core.config import resolve_settings
-from webapp.core.config_report import config_report
-from webapp.core.engine import resolve_builtin_engine
 from webapp.core.engine_settings import resolve_registered_engine
 from webapp.core.models import ModelRegistration
+from webapp.serving.config_report import config_report
+from webapp.serving.engine import resolve_builtin_engine
 
 REMOTE = "engine: {type: openai, base_url: 'http://vllm:8000/v1', api_key_env: UPSTREAM_KEY}\n"
 
@@ -86,7 +86,7 @@ def test_the_composition_root_picks_the_engine_by_type(monkeypatch: pytest.Monke
     from inference import EngineConfig
     from inference.frontends.local.async_engine import AsyncEngine
     from inference.frontends.remote.engine import RemoteEngine
-    from webapp.core.engine import start_engine
+    from webapp.serving.engine import start_engine
 
     started: list[str] = []
     monkeypatch.setattr(RemoteEngine, "start", classmethod(lambda cls, config: started.append("remote")))

@@ -15,7 +15,7 @@ from webapp.console.forms import TuningForm
 from webapp.console.lifecycle import model_unload
 from webapp.core.engine_settings import drain_timeout, engine_settings_get, server_overrides
 from webapp.core.models import EngineSettings
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 migration = importlib.import_module("webapp.core.migrations.0003_drain_timeout_override")
 

@@ -23,9 +23,9 @@ from webapp.core.hub_models import (
     hub_engine_factory,
     parse_hub_id,
 )
-from webapp.core.model_access import ANONYMOUS
 from webapp.core.model_list import name_from_source
-from webapp.core.runtime import get_runtime
+from webapp.serving.model_access import ANONYMOUS
+from webapp.serving.runtime import get_runtime
 
 REPO = "mirror-org/SmolLM2-mirror"
 GATED = "mirror-org/gated"

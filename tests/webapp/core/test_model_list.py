@@ -99,7 +99,7 @@ def test_the_first_is_the_default_unless_one_says_so(tmp_path: Path) -> None:
 
 
 def test_entries_override_the_sections_and_say_where(settings: Any, tmp_path: Path) -> None:
-    from webapp.core.engine import resolve_builtin_engine
+    from webapp.serving.engine import resolve_builtin_engine
 
     settings.MOONCAKE_SETTINGS = _settings(tmp_path, TWO)
     settings.MOONCAKE = settings.MOONCAKE_SETTINGS.yaml
@@ -114,7 +114,7 @@ def test_entries_override_the_sections_and_say_where(settings: Any, tmp_path: Pa
 
 
 def test_model_path_is_a_synonym_in_the_single_form(settings: Any, tmp_path: Path) -> None:
-    from webapp.core.engine import build_engine_config, served_model_name
+    from webapp.serving.engine import build_engine_config, served_model_name
 
     settings.MOONCAKE_SETTINGS = _settings(tmp_path, {"model": {"model_path": "/m/tiny.gguf"}})
     settings.MOONCAKE = settings.MOONCAKE_SETTINGS.yaml
@@ -123,7 +123,7 @@ def test_model_path_is_a_synonym_in_the_single_form(settings: Any, tmp_path: Pat
 
 
 def test_the_manager_registers_every_listed_model_in_order(settings: Any, tmp_path: Path) -> None:
-    from webapp.core.engine import build_manager
+    from webapp.serving.engine import build_manager
 
     settings.MOONCAKE_SETTINGS = _settings(tmp_path, TWO)
     settings.MOONCAKE = settings.MOONCAKE_SETTINGS.yaml

@@ -10,9 +10,9 @@ import pytest
 
 from inference.speculative_config import SpeculativeConfig
 from webapp.core.config import resolve_settings
-from webapp.core.config_report import config_report
-from webapp.core.engine import resolve_builtin_engine
 from webapp.core.model_list import listed_models
+from webapp.serving.config_report import config_report
+from webapp.serving.engine import resolve_builtin_engine
 
 LISTED = """
 model:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from webapp.core.config import load_mooncake_config
-from webapp.core.engine import build_engine_config
+from webapp.serving.engine import build_engine_config
 
 
 def test_max_step_latency_ms_flows_from_yaml_to_the_scheduler_config(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from webapp.documents.hooks import add_system_text, extend
 from webapp.documents.models import Document, MessageCitation
 
 if TYPE_CHECKING:
-    from webapp.core.runtime import Runtime
+    from webapp.serving.runtime import Runtime
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
 

@@ -12,9 +12,9 @@ from django.test import Client
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.accounts.models import GroupPolicy, UserApiLimits
 from webapp.accounts.services import usage_record
-from webapp.core.model_access import restrictions_changed
 from webapp.core.models import ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.model_access import restrictions_changed
+from webapp.serving.runtime import get_runtime
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db]
 

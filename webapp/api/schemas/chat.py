@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from webapp.api.schemas.common import JSONSchema, SamplingFields, Text, Usage, well_formed
-from webapp.core.sampling import TokenCount, TopLogprobs
+from webapp.serving.sampling import TokenCount, TopLogprobs
 
 # Every message is rendered through the chat template and every tool's schema into the prompt (and, for
 # tool_choice "required", into one grammar): bounded counts keep that work proportional to real use.

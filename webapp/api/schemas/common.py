@@ -1,4 +1,4 @@
-"""Request fields shared by chat and completions, with OpenAI's ranges (defined in webapp.core.sampling).
+"""Request fields shared by chat and completions, with OpenAI's ranges (defined in webapp.serving.sampling).
 
 Every number has a finite range the engine's tensors can hold (int64 counts and ids, float32 logits), so
 no value that passes here can fail inside a batched step: integers that size tensors or index the
@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from inference.api import MAX_INT32, MAX_LOGIT_BIAS, MAX_STOP_STRINGS
-from webapp.core.sampling import (
+from webapp.serving.sampling import (
     Bias,
     ChoiceCount,
     MinP,

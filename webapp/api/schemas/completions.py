@@ -8,7 +8,7 @@ from pydantic import BaseModel, StrictBool, ValidationInfo, field_validator, mod
 
 from inference.api import DEFAULT_MAX_QUEUE_LEN, MAX_INT32
 from webapp.api.schemas.common import SamplingFields, Usage, well_formed
-from webapp.core.sampling import ChoiceCount, TopLogprobs
+from webapp.serving.sampling import ChoiceCount, TopLogprobs
 
 # A string, a list of strings, a list of token ids, or a list of token-id lists.
 Prompt = str | list[str] | list[int] | list[list[int]]

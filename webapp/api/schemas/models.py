@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from webapp.api.schemas.chat import ChatMessage
 from webapp.api.schemas.chat import Tool as ChatTool
 from webapp.api.schemas.common import Text
-from webapp.core.sampling import TokenId
+from webapp.serving.sampling import TokenId
 
 
 class ModelCard(BaseModel):

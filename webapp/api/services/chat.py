@@ -16,8 +16,8 @@ from webapp.api.services.pipeline import Job, usage_dict
 from webapp.api.services.prompts import message_text, render_chat
 from webapp.api.services.sampling import build_params
 from webapp.api.services.tools import ToolPlan, call_dict, new_call_id, parse_calls, tool_plan
-from webapp.core.prompts import check_prompt, vocab_size
-from webapp.core.streams import Generation, merged, run_to_end, timed_out_error
+from webapp.serving.prompts import check_prompt, vocab_size
+from webapp.serving.streams import Generation, merged, run_to_end, timed_out_error
 
 
 def _grammar(

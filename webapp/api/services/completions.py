@@ -20,8 +20,8 @@ from webapp.api.services.models import model_name
 from webapp.api.services.pipeline import Job, usage_dict
 from webapp.api.services.sampling import build_params
 from webapp.core.errors import InvalidRequest
-from webapp.core.prompts import check_prompt, encode_text, vocab_size
-from webapp.core.streams import Generation, merged, run_to_end, timed_out_error
+from webapp.serving.prompts import check_prompt, encode_text, vocab_size
+from webapp.serving.streams import Generation, merged, run_to_end, timed_out_error
 
 
 def _prompt_list(engine: EngineClient, prompt: Any) -> tuple[list[list[int]], list[str | None]]:

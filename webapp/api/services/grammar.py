@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 from inference.api import EngineClient
 from webapp.api.services.grammar_sandbox import GrammarSandbox, GrammarTooComplex, parser_limits
 from webapp.core.errors import InvalidRequest
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 # At most one space between JSON tokens (Python's json.dumps style; llama.cpp's former `" "?`). Models write
 # `{ "key": ...`: with no whitespace allowed, their likeliest token after `{`, `:` or `,` (a space and a quote

@@ -6,9 +6,9 @@ import time
 
 from inference.api import EngineClient, ModelInfo, ModelManagerClient
 from webapp.api.schemas.models import ModelCard
-from webapp.core.health import download_progress
-from webapp.core.model_access import Viewer, visible
-from webapp.core.runtime import get_runtime
+from webapp.serving.health import download_progress
+from webapp.serving.model_access import Viewer, visible
+from webapp.serving.runtime import get_runtime
 
 # OpenAI's `created` is a creation timestamp; registered models have none, so the server's start stands in.
 _STARTED = int(time.time())

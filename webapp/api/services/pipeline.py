@@ -1,6 +1,6 @@
 """The API's side of the generation service: its job, its renderers' contract and its request log.
 
-The service (webapp.core.generation) admits, prepares, submits and accounts; this module adds what only
+The service (webapp.serving.generation) admits, prepares, submits and accounts; this module adds what only
 the API has: the console's per-model request defaults, a deadline, and a RequestLog row per request.
 The HTTP side (JSON or SSE responses) is webapp.api.responses.
 """
@@ -18,9 +18,9 @@ from webapp.api.auth import Caller
 from webapp.api.services.defaults import RequestDefaults, request_defaults_shared
 from webapp.api.services.models import model_name
 from webapp.core.errors import MooncakeError
-from webapp.core.generation import GenerationRequest, GenerationRun, Prepared, usage_of
-from webapp.core.runtime import get_runtime
-from webapp.core.streams import Generation, request_timeout_s
+from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared, usage_of
+from webapp.serving.runtime import get_runtime
+from webapp.serving.streams import Generation, request_timeout_s
 
 
 @dataclass(slots=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 from inference.api import EngineClient
 from webapp.api.schemas.chat import ChatMessage, TextPart, Tool
-from webapp.core import prompts
 from webapp.core.errors import InvalidRequest
+from webapp.serving import prompts
 
 
 def message_text(message: ChatMessage) -> str:

@@ -1,4 +1,4 @@
-"""An API request's sampling fields, as webapp.core.sampling.sampling_params takes them."""
+"""An API request's sampling fields, as webapp.serving.sampling.sampling_params takes them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from inference.api import LogitsProcessor, SamplingParams
 from webapp.api.schemas.common import SamplingFields
 from webapp.core.errors import InvalidRequest
-from webapp.core.sampling import sampling_params
+from webapp.serving.sampling import sampling_params
 
 
 def logit_bias_ids(bias: dict[str, float] | None, vocab: int) -> dict[int, float] | None:

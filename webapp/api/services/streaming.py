@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from webapp.core.errors import MooncakeError, ServerFailure, Unavailable
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from webapp.api.auth import Caller
 from webapp.api.schemas.models import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from webapp.api.services.prompts import render_chat
 from webapp.core.errors import InvalidRequest
-from webapp.core.prompts import vocab_size
-from webapp.core.runtime import get_runtime
+from webapp.serving.prompts import vocab_size
+from webapp.serving.runtime import get_runtime
 
 
 async def tokenize(caller: Caller, payload: TokenizeRequest) -> TokenizeResponse:

@@ -14,7 +14,7 @@ from webapp.console import fleet
 from webapp.console.dashboard import Sampler
 from webapp.console.replication import model_sync
 from webapp.console.views.access import staff_required
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 
 @staff_required

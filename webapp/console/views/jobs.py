@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET
 
 from webapp.console.selectors import any_job_active, audit_list, console_jobs
 from webapp.console.views.access import staff_required
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 
 @staff_required

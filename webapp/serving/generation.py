@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from inference.api import EngineClient, RequestOutput, SamplingParams
 from webapp.core.errors import from_engine_error
-from webapp.core.limits import Admission, Bucket, Limiter, Limits
-from webapp.core.streams import Generation, merged, new_request_id, start_all
+from webapp.serving.limits import Admission, Bucket, Limiter, Limits
+from webapp.serving.streams import Generation, merged, new_request_id, start_all
 
 if TYPE_CHECKING:
-    from webapp.core.model_access import Viewer
+    from webapp.serving.model_access import Viewer
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class GenerationRequest(Generic[Job]):
     # not one of the caller's requests per minute.
     counted: bool = True
     deadline: float | None = None  # loop time at which generation is cut off (None: never)
-    # Whose access to models applies (webapp.core.model_access); None only for the server's own work.
+    # Whose access to models applies (webapp.serving.model_access); None only for the server's own work.
     viewer: Viewer | None = None
 
 

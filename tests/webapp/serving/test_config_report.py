@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from webapp.core.config import resolve_settings
-from webapp.core.config_report import config_report
 from webapp.core.models import EngineSettings, ModelRegistration
+from webapp.serving.config_report import config_report
 
 pytestmark = pytest.mark.database
 

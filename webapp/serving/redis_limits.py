@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from webapp.core.limits import (
+from webapp.serving.limits import (
     WINDOW_S,
     Admission,
     Bucket,

@@ -13,15 +13,15 @@ from django.db import DatabaseError
 
 from inference.api import settings_not_read
 from webapp.core.config import MooncakeSettings, Sourced
-from webapp.core.engine import resolve_builtin_engine
 from webapp.core.engine_config import ResolvedEngine
-from webapp.core.engine_servers import not_installed_problem
 from webapp.core.engine_settings import memory_budget, resolve_registered_engine, server_overrides
 from webapp.core.hub_models import HubRef, cached, hub_cache_dir, parse_hub_id, patterns_for
-from webapp.core.memory_check import plan_listed
 from webapp.core.model_list import is_list, listed_models, source_of
 from webapp.core.modelpaths import check_source
 from webapp.core.models import EngineSettings, ModelRegistration
+from webapp.serving.engine import resolve_builtin_engine
+from webapp.serving.engine_servers import not_installed_problem
+from webapp.serving.memory_check import plan_listed
 
 logger = logging.getLogger(__name__)
 

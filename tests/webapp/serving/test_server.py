@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from webapp.core.models import EngineSettings
-from webapp.core.server import GracefulServer, read_drain_timeout
+from webapp.serving.server import GracefulServer, read_drain_timeout
 
 
 def _server(timeouts: list[float]) -> GracefulServer:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.webapp.fake_engine import FakeEngine
-from webapp.core import runtime as core_runtime
+from webapp.serving import runtime as core_runtime
 
 
 def test_load_hooks_all_run_and_survive_a_failing_one(monkeypatch: pytest.MonkeyPatch) -> None:

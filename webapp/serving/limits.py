@@ -1,7 +1,7 @@
 """Per-key and per-user limits: requests/min, tokens/min and concurrent sequences, enforced with 429s.
 
 Chat, the API and the tokenizer endpoints all pass through one limiter, before any work is done for the
-request. RateLimiter counts in this process (one replica); webapp.core.redis_limits counts in Redis, so
+request. RateLimiter counts in this process (one replica); webapp.serving.redis_limits counts in Redis, so
 that several replicas enforce one limit together. Both decide the same way and raise the same errors.
 """
 

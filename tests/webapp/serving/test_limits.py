@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from webapp.core.errors import InvalidRequest, RateLimited
-from webapp.core.limits import Limiter, Limits, RateLimiter
+from webapp.serving.limits import Limiter, Limits, RateLimiter
 
 MakeLimiter = Callable[..., Limiter]
 
@@ -25,7 +25,7 @@ def make_limiter(request: pytest.FixtureRequest) -> Iterator[MakeLimiter]:
         return
     import redis
 
-    from webapp.core.redis_limits import RedisRateLimiter
+    from webapp.serving.redis_limits import RedisRateLimiter
 
     client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
     client.flushdb()
@@ -155,7 +155,7 @@ def replicas(redis_url: str) -> Iterator[tuple[Any, Any, Clock]]:
     """Two replicas' limiters on one Redis, with one clock."""
     import redis
 
-    from webapp.core.redis_limits import RedisRateLimiter
+    from webapp.serving.redis_limits import RedisRateLimiter
 
     client = redis.Redis.from_url(redis_url)
     client.flushdb()

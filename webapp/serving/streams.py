@@ -15,8 +15,8 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from django.conf import settings
 
 from inference.api import EngineClient, RequestOutput, SamplingParams
-from webapp.core.cancellation import raise_if_cancel_was_swallowed
 from webapp.core.errors import MooncakeError, Unavailable, from_engine_error
+from webapp.serving.cancellation import raise_if_cancel_was_swallowed
 
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from webapp.core.cancellation import raise_if_cancel_was_swallowed
+from webapp.serving.cancellation import raise_if_cancel_was_swallowed
 
 
 async def run_loop(on_cancel: str) -> tuple[asyncio.Task[None], list[int]]:

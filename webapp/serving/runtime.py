@@ -1,7 +1,7 @@
 """The server's runtime: one object that owns the model manager, the limiter, the jobs and the services.
 
 Daphne sends no ASGI lifespan, so `webapp.asgi` calls `start()` once the application is built (when the
-settings autoload a model) and `webapp.core.server` calls `stop()` as it shuts down; a test drives both
+settings autoload a model) and `webapp.serving.server` calls `stop()` as it shuts down; a test drives both
 itself. Tests install a fresh Runtime per test rather than resetting module state.
 
 Apps register what they need done at the runtime's edges (a load hook, a start hook) from their
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.conf import settings
 
 from inference.api import EngineClient, ModelManagerClient
-from webapp.core.generation import GenerationService
-from webapp.core.jobs import ProcessJobs
-from webapp.core.limits import Limiter, RateLimiter
+from webapp.serving.generation import GenerationService
+from webapp.serving.jobs import ProcessJobs
+from webapp.serving.limits import Limiter, RateLimiter
 
 if TYPE_CHECKING:
-    from webapp.core.model_access import Viewer
+    from webapp.serving.model_access import Viewer
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def run_load_hooks(engine: EngineClient) -> None:
 
 
 def _build_manager() -> ModelManagerClient:
-    from webapp.core.engine import build_manager  # the composition root: torch comes in with it
+    from webapp.serving.engine import build_manager  # the composition root: torch comes in with it
 
     return build_manager(on_loaded=run_load_hooks)
 
@@ -76,7 +76,7 @@ def make_limiter() -> Limiter:
     """Redis when the replicas share one (REDIS_URL), so they enforce one limit; else this process."""
     if not settings.REDIS_URL:
         return RateLimiter()
-    from webapp.core.redis_limits import RedisRateLimiter  # redis-py: installed with the prod extra
+    from webapp.serving.redis_limits import RedisRateLimiter  # redis-py: installed with the prod extra
 
     return RedisRateLimiter.from_url(settings.REDIS_URL)
 
@@ -96,8 +96,6 @@ class Runtime:
         self.generation = GenerationService(
             limiter=self.limiter, engine_for=self.get_engine, check_access=self.check_model_access
         )
-        # "An account exists", cached once true: the first-run redirect stops checking the database.
-        self.setup_done = False
 
     # ---- the model manager --------------------------------------------------------------------------
 
@@ -119,7 +117,7 @@ class Runtime:
 
     def check_model_access(self, viewer: Viewer, model: str | None) -> None:
         """NotFound unless `viewer` may use `model` (blocking: reads the model's allowed groups)."""
-        from webapp.core.model_access import ensure_may_use  # models: only once Django's apps are ready
+        from webapp.serving.model_access import ensure_may_use  # models: only once Django's apps are ready
 
         ensure_may_use(viewer, self.manager(), model)
 
@@ -179,8 +177,8 @@ class Runtime:
     def _load_at_start(self) -> None:
         """Load the default model (with a models list in mooncake.yaml: every listed one, in order). A model
         that fails, or that the memory plan says would not fit, leaves the others and the server running."""
-        from webapp.core.memory_check import over_budget, start_names
         from webapp.core.models import ModelRegistration  # models: after the apps are ready
+        from webapp.serving.memory_check import over_budget, start_names
 
         try:
             manager = self.manager()

@@ -10,9 +10,9 @@ import pytest
 from inference.api import NoModelLoadedError, QueueFullError, SamplingParams
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.core.errors import InvalidRequest, RateLimited, Unavailable
-from webapp.core.generation import GenerationRequest, GenerationRun, Prepared
-from webapp.core.limits import Limits
-from webapp.core.runtime import Runtime
+from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared
+from webapp.serving.limits import Limits
+from webapp.serving.runtime import Runtime
 
 ONE_AT_A_TIME = [("user", Limits(max_concurrent_requests=1, requests_per_minute=100))]
 

@@ -10,7 +10,7 @@ import pytest
 
 from inference.api import SamplingParams
 from tests.webapp.fake_engine import FakeEngine
-from webapp.core.streams import Generation
+from webapp.serving.streams import Generation
 
 WORDS = 200
 

@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inference import SamplingParams
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
-from webapp.core import gpu_probe
-from webapp.core.gpu_probe import GpuReading
-from webapp.core.metrics import TOKEN_RATE_WINDOW_S, EngineCollector, TokenRate, register_engine_collector
+from webapp.serving import gpu_probe
+from webapp.serving.gpu_probe import GpuReading
+from webapp.serving.metrics import TOKEN_RATE_WINDOW_S, EngineCollector, TokenRate, register_engine_collector
 
 
 class FakeClock:

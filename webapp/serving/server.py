@@ -1,4 +1,4 @@
-"""Daphne with a graceful stop: `python -m webapp.core.server --host H --port P`.
+"""Daphne with a graceful stop: `python -m webapp.serving.server --host H --port P`.
 
 Daphne on its own cancels every running application on SIGTERM. Here the first SIGTERM/SIGINT closes the
 listening sockets (no new connections), waits until the engines have no running or waiting requests and
@@ -210,7 +210,7 @@ def read_drain_timeout() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webapp.core.server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m webapp.serving.server", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--application-close-timeout", type=float, default=10.0)
@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
 
     from webapp.asgi import application
-    from webapp.core.runtime import get_runtime
-    from webapp.core.stream_cuts import cut_all_streams
+    from webapp.serving.runtime import get_runtime
+    from webapp.serving.stream_cuts import cut_all_streams
 
     runtime = get_runtime()
     server = GracefulServer(

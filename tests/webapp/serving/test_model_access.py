@@ -15,7 +15,8 @@ from tests.webapp.api.conftest import post_json
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.accounts.services import api_key_create
 from webapp.core.errors import NotFound
-from webapp.core.model_access import (
+from webapp.core.models import ModelRegistration
+from webapp.serving.model_access import (
     ANONYMOUS,
     Viewer,
     ensure_may_use,
@@ -24,8 +25,7 @@ from webapp.core.model_access import (
     restrictions_changed,
     viewer_for_user,
 )
-from webapp.core.models import ModelRegistration
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,7 +22,7 @@ from django.http import HttpRequest
 from django.http.request import split_domain_port
 from django.http.response import HttpResponseBase
 
-from webapp.core.metrics_view import metrics
+from webapp.serving.metrics_view import metrics
 
 METRICS_PATH = "/metrics"
 

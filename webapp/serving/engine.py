@@ -1,7 +1,7 @@
 """The composition root: the one web module that constructs the engine side, from settings.MOONCAKE.
 
 Everything else uses the torch-free contract in `inference.api`; the engine implementation (and so torch)
-is imported only when a manager is built (webapp.core.runtime does, on first use), so management commands
+is imported only when a manager is built (webapp.serving.runtime does, on first use), so management commands
 and Celery workers, which never run models, start without it.
 """
 
@@ -14,9 +14,9 @@ from django.conf import settings
 
 from inference.api import EngineClient, EngineConfig, ManagedEngine, ModelManagerClient
 from webapp.core.engine_config import ResolvedEngine, base_layers, merge_layers, resolve_engine
-from webapp.core.engine_servers import server_executable
 from webapp.core.hub_models import hub_engine_factory
 from webapp.core.model_list import DEFAULT_MODEL_NAME, ListedModel, listed_models, served_model_name
+from webapp.serving.engine_servers import server_executable
 
 __all__ = ["DEFAULT_MODEL_NAME", "build_manager", "resolve_builtin_engine", "served_model_name"]
 

@@ -8,9 +8,9 @@ import pytest
 from django.test import Client
 
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
-from webapp.core.health import FAILED
-from webapp.core.runtime import get_runtime
 from webapp.core.version import app_version
+from webapp.serving.health import FAILED
+from webapp.serving.runtime import get_runtime
 
 
 @pytest.fixture

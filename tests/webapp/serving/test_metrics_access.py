@@ -110,7 +110,7 @@ def test_a_real_server_answers_metrics_by_its_own_ip(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "webapp.core.server", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "webapp.serving.server", "--host", "127.0.0.1", "--port", str(port)],
             env=env, cwd=settings.BASE_DIR, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:

@@ -11,7 +11,7 @@ import pytest
 from django.template.loader import render_to_string
 
 from webapp.console.models import ConsoleJob
-from webapp.core.jobs import ProcessJob, ProcessJobs
+from webapp.serving.jobs import ProcessJob, ProcessJobs
 
 
 def times(html: str) -> list[tuple[str, str]]:

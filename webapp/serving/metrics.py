@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
-from webapp.core import gpu_probe
-from webapp.core.runtime import get_runtime
+from webapp.serving import gpu_probe
+from webapp.serving.runtime import get_runtime
 
 if TYPE_CHECKING:
     from inference.metrics import Histogram

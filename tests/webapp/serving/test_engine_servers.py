@@ -12,9 +12,9 @@ import pytest
 from inference import EngineConfig
 from tests.fake_engine_server import install
 from webapp.core.config import resolve_settings
-from webapp.core.config_report import config_report
-from webapp.core.engine import resolve_builtin_engine, start_engine
-from webapp.core.engine_servers import EngineNotInstalledError, not_installed_problem, server_executable
+from webapp.serving.config_report import config_report
+from webapp.serving.engine import resolve_builtin_engine, start_engine
+from webapp.serving.engine_servers import EngineNotInstalledError, not_installed_problem, server_executable
 
 GUIDE = (
     "engine: {type: vllm, tensor_parallel_size: 1, max_num_seqs: 16}\n"

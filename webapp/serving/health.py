@@ -8,7 +8,7 @@ from typing import Any
 
 from inference.api import EngineError, ModelInfo
 from webapp.core.request_id import error_reference
-from webapp.core.runtime import get_runtime
+from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 

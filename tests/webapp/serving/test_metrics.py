@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inference import SamplingParams
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
-from webapp.core.metrics import EngineCollector
+from webapp.serving.metrics import EngineCollector
 
 ENGINE_NAMES = [
     "mooncake:num_requests_running",

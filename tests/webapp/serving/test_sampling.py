@@ -15,7 +15,7 @@ from webapp.chat.services import conversation_create, conversation_update_settin
 from webapp.chat.transfer import ExportedChat
 from webapp.console.forms import ModelDefaultsForm
 from webapp.core.errors import InvalidRequest
-from webapp.core.sampling import (
+from webapp.serving.sampling import (
     API_MAX_TEMPERATURE,
     LOGIT_BIAS,
     PENALTY,
