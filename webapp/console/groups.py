@@ -48,8 +48,17 @@ def group_rename(*, group: Group, name: str) -> Group:
 
 
 def group_delete(*, group: Group) -> None:
-    group.delete()  # its policy and its model grants go with it (cascade)
+    group.delete()  # its policy and grants go with it; a model it was the last group of stays restricted
     restrictions_changed()
+
+
+def models_left_to_admins(*, group: Group) -> list[str]:
+    """The models only this group may use (besides admins): deleting it leaves them to admins only."""
+    return sorted(
+        ModelRegistration.objects.filter(restricted=True, allowed_groups=group)
+        .exclude(allowed_groups__in=Group.objects.exclude(pk=group.pk))
+        .values_list("name", flat=True)
+    )
 
 
 def member_add(*, group: Group, username: str) -> User:
@@ -84,6 +93,9 @@ def policy_set(*, group: Group, values: dict[str, Any]) -> tuple[dict[str, Any],
 def model_access_set(*, registration: ModelRegistration, groups: list[Group]) -> list[str]:
     """Restrict the model to `groups` (none: everyone may use it); returns the names before."""
     before = sorted(registration.allowed_groups.values_list("name", flat=True))
-    registration.allowed_groups.set(groups)
+    with transaction.atomic():
+        registration.allowed_groups.set(groups)
+        registration.restricted = bool(groups)
+        registration.save(update_fields=["restricted", "updated_at"])
     restrictions_changed()
     return before

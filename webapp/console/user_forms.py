@@ -14,10 +14,12 @@ class UserCreateForm(forms.Form):
     password = forms.CharField(widget=forms.PasswordInput)
     is_staff = forms.BooleanField(required=False, label="Admin (console access)")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, may_make_admins: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The rules themselves, from AUTH_PASSWORD_VALIDATORS (read per form: settings can change).
         self.fields["password"].help_text = password_rules()
+        if not may_make_admins:  # only owners make admins: the box is offered to no one else (and a
+            self.fields["is_staff"].widget = forms.HiddenInput()  # posted one is refused by the service)
 
 
 class LimitsForm(forms.Form):

@@ -17,7 +17,10 @@ class UserActionError(ValueError):
     """The change is refused (for instance an admin locking themselves out)."""
 
 
-def user_create(*, username: str, password: str, is_staff: bool = False) -> User:
+def user_create(*, actor: User, username: str, password: str, is_staff: bool = False) -> User:
+    """A new account; an admin account only when an owner makes it (the same rule as promoting one)."""
+    if is_staff and not actor.is_superuser:
+        raise UserActionError("only an owner can make admins")
     if User.objects.filter(username__iexact=username).exists():
         raise UserActionError(f"a user named {username!r} already exists")
     user = User(username=username, is_staff=is_staff)

@@ -60,7 +60,9 @@ class ModelRegistration(models.Model):
     desired_state = models.CharField(max_length=16, choices=Desired.choices, default="", blank=True)
     state_revision = models.PositiveIntegerField(default=0)
     is_default = models.BooleanField(default=False)
-    # Who may use it: none, everyone; else members of these groups (and staff). Others get a 404.
+    # Who may use it: unrestricted, everyone; restricted, members of allowed_groups and staff (admins only
+    # when it has no groups: deleting a model's last group never opens it up). Others get a 404.
+    restricted = models.BooleanField(default=False)
     allowed_groups = models.ManyToManyField(Group, blank=True, related_name="models")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -229,13 +229,21 @@ def feedback_models() -> list[str]:
     return list(Feedback.objects.order_by("model").values_list("model", flat=True).distinct())
 
 
-def conversation_for_staff(
+def rated_exchanges_for_staff(
     *, conversation_id: int
 ) -> tuple[Conversation, list[tuple[Message, Feedback | None]]]:
-    """Any user's chat for the console's read-only view: its messages, each with its feedback."""
+    """A chat someone rated, for the console's read-only view: each rated reply and the messages that led
+    to it, in order, each with its feedback; nothing after the rated replies, and no chat without
+    feedback (404: feedback is what lets an admin read a chat, not their role)."""
     conversation = Conversation.objects.filter(pk=conversation_id).select_related("user").first()
-    if conversation is None:
-        raise Http404("No such conversation")
-    messages = chat_selectors.conversation_messages(conversation=conversation)
-    feedback = feedback_by_message(message_ids=[m.pk for m in messages])
+    rated = list(
+        Message.objects.filter(conversation_id=conversation_id, feedback__isnull=False).order_by("id")
+    )
+    if conversation is None or not rated:
+        raise Http404("No rated chat here")
+    shown: dict[int, Message] = {}
+    for reply in rated:
+        shown.update((m.pk, m) for m in chat_selectors.path_to(message=reply))
+    messages = [shown[pk] for pk in sorted(shown)]
+    feedback = feedback_by_message(message_ids=list(shown))
     return conversation, [(message, feedback.get(message.pk)) for message in messages]

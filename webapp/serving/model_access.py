@@ -1,9 +1,10 @@
 """Who may use which model.
 
-A model with no allowed groups (ModelRegistration.allowed_groups) is public; one with groups is for their
-members. Staff (admins and owners) may use every model: they run them. Anyone else who names a model they
-may not use gets the same 404 as for a model that does not exist, so a restricted model's name is never
-revealed. An API key acts with its user's access; anonymous callers (API auth off) see public models only.
+An unrestricted model is public; a restricted one (ModelRegistration.restricted) is for the members of
+its allowed groups, and for admins only when it has none (its last group was deleted). Staff (admins and
+owners) may use every model: they run them. Anyone else who names a model they may not use gets the same
+404 as for a model that does not exist, so a restricted model's name is never revealed. An API key acts
+with its user's access; anonymous callers (API auth off) see public models only.
 """
 
 from __future__ import annotations
@@ -66,15 +67,20 @@ _cache = _Cached()
 
 
 def _read_restrictions() -> dict[str, frozenset[int]]:
+    allowed: dict[str, set[int]] = {
+        name: set()
+        for name in ModelRegistration.objects.filter(restricted=True).values_list("name", flat=True)
+    }
     through = ModelRegistration.allowed_groups.through
-    allowed: dict[str, set[int]] = {}
-    for name, group_id in through.objects.values_list("modelregistration__name", "group_id"):
-        allowed.setdefault(name, set()).add(group_id)
+    rows = through.objects.filter(modelregistration__restricted=True)
+    for name, group_id in rows.values_list("modelregistration__name", "group_id"):
+        allowed[name].add(group_id)
     return {name: frozenset(ids) for name, ids in allowed.items()}
 
 
 def restrictions() -> dict[str, frozenset[int]]:
-    """Restricted model name -> the groups allowed to use it (blocking when the cache is stale)."""
+    """Restricted model name -> the groups allowed to use it, perhaps none (blocking when the cache is
+    stale)."""
     return _cache.get()
 
 

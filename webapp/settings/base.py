@@ -162,11 +162,14 @@ AUTHENTICATION_BACKENDS = [
     "webapp.accounts.oidc.SsoBackend",
 ]
 
-# ---- Login throttling (django-axes): a username, or an address, that fails this many times in a row is
-# locked for the cool-off time; admins see and lift locks on the console's Sign-ups & locks page.
+# ---- Login throttling (django-axes, webapp/accounts/throttle.py): a username that fails this many times
+# from one address is locked there for the cool-off time, and an address that fails the (much higher)
+# address limit over any usernames is locked whole; admins see and lift locks on the Sign-ups & locks page.
 AXES_FAILURE_LIMIT = env_int("MOONCAKE_LOGIN_FAILURE_LIMIT", 5)
+MOONCAKE_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("MOONCAKE_LOGIN_ADDRESS_FAILURE_LIMIT", 50)
 AXES_COOLOFF_TIME = dt.timedelta(minutes=env_int("MOONCAKE_LOGIN_LOCKOUT_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "webapp.accounts.throttle.PairAndAddressHandler"
 # Off: axes would wipe every failure from the address, so logging in to one's own account would reset the
 # count against someone else's; failures age out after the cool-off instead.
 AXES_RESET_ON_SUCCESS = False

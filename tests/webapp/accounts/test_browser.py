@@ -141,7 +141,7 @@ def test_single_sign_on_pending_approved_and_a_forged_token(
 
 def test_lockout_message_and_admin_unlock(browser: Any, server: LiveDaphne) -> None:
     server.create_user("victim", "victim-pass-phrase-1")
-    # Logged in first: the failures below lock this address as well as the account.
+    # Logged in first: the failures below lock the account at this address, which the admin shares.
     admin = admin_page(browser, server)
     user = new_page(browser)
     for _ in range(3):
@@ -155,7 +155,7 @@ def test_lockout_message_and_admin_unlock(browser: Any, server: LiveDaphne) -> N
     lock.locator("button", has_text="Unlock").click()
     admin.wait_for_selector(".message-success:has-text('Unlocked account victim')")
 
-    # The address lock (same browser, same address) was lifted with the account's failures.
+    # Unlocked, the account logs in from that address again.
     log_in(user, server, "victim", "victim-pass-phrase-1")
     user.wait_for_url(re.compile(r"/chat/"))
     assert user.inner_text(".topbar .user") == "victim"

@@ -104,6 +104,34 @@ def test_model_access_restricts_and_opens_again(staff_client: Client, manager: A
     assert [a.after["groups"] for a in audits] == [["research"], []]
 
 
+@pytest.mark.database
+def test_deleting_a_models_last_group_leaves_it_to_admins(
+    staff_client: Client, manager: Any, plain: User
+) -> None:
+    research, ops = _create(staff_client), _create(staff_client, "ops")
+    base = ModelRegistration.objects.create(name="base", source="default")
+    shared = ModelRegistration.objects.create(name="shared", source="default")
+    staff_client.post(f"/console/registrations/{base.pk}/access/", {f"access{base.pk}-groups": [research.pk]})
+    staff_client.post(
+        f"/console/registrations/{shared.pk}/access/", {f"access{shared.pk}-groups": [research.pk, ops.pk]}
+    )
+    research.user_set.add(plain)
+    # The console says what the delete does before it is done: only the model research alone may use.
+    page = staff_client.get(f"/console/groups/{research.pk}/").content.decode()
+    assert "Only admins will be able to use base until you grant it to another group." in page
+    assert staff_client.post(f"/console/groups/{research.pk}/delete/").status_code == 302
+    assert restrictions() == {"base": frozenset(), "shared": frozenset({ops.pk})}
+    for viewer in (viewer_for_user(user_id=plain.pk), viewer_for_user(user_id=None)):
+        assert not may_use(viewer, "base", restrictions())  # not opened up to everyone
+    assert may_use(viewer_for_user(user_id=User.objects.get(is_staff=True).pk), "base", restrictions())
+    assert (
+        "admins only (its groups were deleted)" in staff_client.get("/console/models/table/").content.decode()
+    )
+    # Opening it again is an explicit choice: saved with no group ticked.
+    staff_client.post(f"/console/registrations/{base.pk}/access/", {})
+    assert may_use(viewer_for_user(user_id=plain.pk), "base", restrictions())
+
+
 @pytest.mark.parametrize(
     "url",
     ["/console/groups/", "/console/groups/1/", "/console/usage/"],

@@ -67,3 +67,23 @@ def test_refusal_rule() -> None:
     assert toggle_refusal(actor=admin, user=admin, field="staff") == "you cannot demote your own account"
     assert toggle_refusal(actor=admin, user=other, field="active") is None
     assert toggle_refusal(actor=admin, user=other, field="staff") is None
+
+
+@pytest.mark.database
+def test_only_an_owner_creates_an_admin_from_the_users_page(staff_client: Client) -> None:
+    admin = User.objects.create_user("mere-admin", password="mere-admin-password-1", is_staff=True)
+    client = Client()
+    client.force_login(admin)
+    page = client.get(reverse("console:users")).content.decode()
+    assert "Admin (console access)" not in page and 'type="checkbox" name="is_staff"' not in page
+    data = {"username": "sneaky", "password": "a-long-password-42", "is_staff": "on"}
+    response = client.post(reverse("console:users"), data)
+    assert response.status_code == 400 and "only an owner can make admins" in response.content.decode()
+    assert not User.objects.filter(username="sneaky").exists()
+    assert not AuditLog.objects.filter(action="user.create").exists()
+    # A plain account is still theirs to create; an owner makes admins as before.
+    assert client.post(reverse("console:users"), {**data, "is_staff": ""}).status_code == 302
+    assert not User.objects.get(username="sneaky").is_staff
+    assert "Admin (console access)" in staff_client.get(reverse("console:users")).content.decode()
+    staff_client.post(reverse("console:users"), {**data, "username": "made-admin"})
+    assert User.objects.get(username="made-admin").is_staff

@@ -8,7 +8,8 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.webapp.organize.conftest import MakeChat
-from webapp.chat.models import Message
+from webapp.chat.models import Conversation, Message
+from webapp.console.models import AuditLog
 from webapp.organize.models import Feedback
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db]
@@ -67,3 +68,37 @@ def test_staff_only(client: Client, bob: User, make_chat: MakeChat) -> None:
         client.force_login(bob)
         assert client.get(url).status_code == 403
         client.logout()
+
+
+def _linear_chat(user: User, turns: list[tuple[str, str]]) -> list[Message]:
+    chat = Conversation.objects.create(user=user, title="Private", title_is_custom=True)
+    messages: list[Message] = []
+    for role, content in turns:
+        parent = messages[-1] if messages else None
+        messages.append(Message.objects.create(conversation=chat, role=role, content=content, parent=parent))
+    return messages
+
+
+def test_chat_view_shows_only_rated_exchanges_and_is_audited(admin_client: Client, bob: User) -> None:
+    messages = _linear_chat(
+        bob,
+        [("user", "first question"), ("assistant", "first answer"), ("user", "second question"),
+         ("assistant", "second answer"), ("user", "a private follow-up"), ("assistant", "its answer")],
+    )  # fmt: skip
+    Feedback.objects.create(message=messages[3], user=bob, rating="down", comment="off", model="tiny")
+    url = reverse("console:feedback-chat", args=[messages[0].conversation_id])
+    html = admin_client.get(url).content.decode()
+    for shown in ("first question", "first answer", "second question", "second answer", "off"):
+        assert shown in html
+    assert "a private follow-up" not in html and "its answer" not in html  # after the rated reply
+    entry = AuditLog.objects.get(action="feedback.read_chat")
+    assert entry.target == f"chat {messages[0].conversation_id} of bob" and entry.after == {"messages": 4}
+
+
+def test_a_chat_without_feedback_is_not_for_admins_to_read(admin_client: Client, bob: User) -> None:
+    owner = User.objects.create_user("owner", password="pw", is_staff=True, is_superuser=True)
+    for user in (bob, owner):
+        unrated = _linear_chat(user, [("user", "secret"), ("assistant", "kept")])
+        response = admin_client.get(reverse("console:feedback-chat", args=[unrated[0].conversation_id]))
+        assert response.status_code == 404 and "secret" not in response.content.decode()
+    assert not AuditLog.objects.filter(action="feedback.read_chat").exists()

@@ -47,7 +47,8 @@ def test_usage_and_quotas_are_shown(models: Any) -> None:
 
 def test_restricted_models_are_offered_only_to_their_groups(models: Any) -> None:
     lab = Group.objects.create(name="lab")
-    ModelRegistration.objects.create(name="secret", source="default").allowed_groups.add(lab)
+    secret = ModelRegistration.objects.create(name="secret", source="default", restricted=True)
+    secret.allowed_groups.add(lab)
     restrictions_changed()
     outsider = User.objects.create_user("outsider")
     member = User.objects.create_user("member")
@@ -62,7 +63,8 @@ def test_restricted_models_are_offered_only_to_their_groups(models: Any) -> None
 
 def test_a_model_the_user_may_not_use_cannot_become_their_default(models: Any) -> None:
     lab = Group.objects.create(name="lab")
-    ModelRegistration.objects.create(name="secret", source="default").allowed_groups.add(lab)
+    secret = ModelRegistration.objects.create(name="secret", source="default", restricted=True)
+    secret.allowed_groups.add(lab)
     restrictions_changed()
     user = User.objects.create_user("picky")
     client = Client()

@@ -44,7 +44,7 @@ def two_models() -> Any:
 def people() -> dict[str, Any]:
     research = Group.objects.create(name="research")
     Group.objects.create(name="sales")
-    row = ModelRegistration.objects.create(name="secret", source="default")
+    row = ModelRegistration.objects.create(name="secret", source="default", restricted=True)
     row.allowed_groups.add(research)
     restrictions_changed()
     member = User.objects.create_user("member", password="pw-member-1")
@@ -70,6 +70,10 @@ def test_the_rule_in_both_directions() -> None:
     assert may_use(Viewer(user_id=7, staff=True), "secret", restricted)
     assert not may_use(ANONYMOUS, "secret", restricted)
     assert may_use(ANONYMOUS, "open", restricted)
+    # Restricted with no group left (its last one was deleted): admins only.
+    orphan = {"orphan": frozenset[int]()}
+    assert not may_use(Viewer(user_id=5, group_ids=frozenset({1})), "orphan", orphan)
+    assert may_use(Viewer(user_id=7, staff=True), "orphan", orphan)
 
 
 def test_aliases_and_the_default_name_are_checked_as_the_model(people: Any, two_models: Any) -> None:
@@ -86,7 +90,7 @@ def test_aliases_and_the_default_name_are_checked_as_the_model(people: Any, two_
 
 def test_changes_reach_this_process_at_once_when_told(people: Any) -> None:
     assert "secret" in restrictions()
-    ModelRegistration.objects.get(name="secret").allowed_groups.clear()
+    ModelRegistration.objects.filter(name="secret").update(restricted=False)
     restrictions_changed()
     assert "secret" not in restrictions()
 

@@ -93,10 +93,10 @@ def lock_release_view(request: HttpRequest) -> HttpResponse:
         return redirect("console:accounts")
     forgotten = lock_release(lock=lock)
     audit_record(
-        actor=request.user, action="login.unlock", target=f"{lock.label.lower()} {lock.value}",
+        actor=request.user, action="login.unlock", target=f"{lock.label.lower()} {lock.shown}",
         before={"failures": lock.failures}, after={"records_removed": forgotten},
     )  # fmt: skip
-    messages.success(request, f"Unlocked {lock.label.lower()} {lock.value}.")
+    messages.success(request, f"Unlocked {lock.label.lower()} {lock.shown}.")
     return redirect("console:accounts")
 
 

@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from webapp.console.audit import audit_record
 from webapp.console.views.access import staff_required
 from webapp.organize import selectors
 from webapp.organize.forms import FeedbackFilterForm
@@ -33,6 +34,13 @@ def feedback_page(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_GET
 def feedback_conversation(request: HttpRequest, pk: int) -> HttpResponse:
-    """Any user's chat, read-only, with the feedback given on its replies beside them."""
-    conversation, rows = selectors.conversation_for_staff(conversation_id=pk)
+    """A rated chat, read-only: the rated replies and what led to them, with the feedback beside them.
+    Every view is in the audit log: it is someone's conversation."""
+    conversation, rows = selectors.rated_exchanges_for_staff(conversation_id=pk)
+    audit_record(
+        actor=request.user,
+        action="feedback.read_chat",
+        target=f"chat {conversation.pk} of {conversation.user.username}",
+        after={"messages": len(rows)},
+    )
     return render(request, "console/feedback_conversation.html", {"conversation": conversation, "rows": rows})

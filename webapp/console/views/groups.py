@@ -47,6 +47,7 @@ def _render_group(request: HttpRequest, group: Group, status: int = 200, **forms
         "group": group,
         "members": group.user_set.order_by("username"),
         "models": group.models.order_by("name"),
+        "left_to_admins": group_services.models_left_to_admins(group=group),
         "used_today": group_used_today(group_id=group.pk),
         "quota": policy.daily_token_quota,
         "candidates": User.objects.exclude(groups=group)

@@ -29,12 +29,16 @@ def _actor(request: HttpRequest) -> User:
 @staff_required
 @require_http_methods(["GET", "POST"])
 def users_page(request: HttpRequest) -> HttpResponse:
-    form = UserCreateForm(request.POST or None)
+    actor = _actor(request)
+    form = UserCreateForm(request.POST or None, may_make_admins=actor.is_superuser)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             user = user_services.user_create(
-                username=data["username"], password=data["password"], is_staff=data["is_staff"]
+                actor=actor,
+                username=data["username"],
+                password=data["password"],
+                is_staff=data["is_staff"],
             )
         except (user_services.UserActionError, ValidationError) as exc:
             form.add_error(None, exc.messages if isinstance(exc, ValidationError) else str(exc))
