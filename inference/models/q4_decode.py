@@ -70,8 +70,23 @@ def matches(blocks: Q4Blocks | Q8Blocks, dense: torch.Tensor) -> bool:
     """Whether the kernel's weights, bf16(d * q + m), are bit for bit the model's bf16 weight."""
     if dense.dtype != torch.bfloat16 or tuple(dense.shape) != blocks.shape:
         return False
-    expected = torch.from_numpy(blocks.dequantize()).to(torch.bfloat16)
-    return torch.equal(expected, dense)
+    return torch.equal(_dequantized_bf16(blocks), dense)
+
+
+def _dequantized_bf16(blocks: Q4Blocks | Q8Blocks) -> torch.Tensor:
+    """blocks.dequantize() rounded to bf16, the same fp32 product and sum computed by torch (on every core;
+    numpy's one thread made this check a third of a server's model load)."""
+    out_features, in_features = blocks.shape
+    if isinstance(blocks, Q8Blocks):
+        levels = torch.from_numpy(blocks.levels).view(out_features, -1, GROUP).float()
+        weights = levels * torch.from_numpy(blocks.scale)[..., None]
+    else:
+        nibbles = torch.from_numpy(blocks.nibbles).view(out_features, -1, GROUP // 2)
+        levels = torch.cat([nibbles & 0x0F, nibbles >> 4], dim=-1).float()
+        weights = (
+            levels * torch.from_numpy(blocks.scale)[..., None] + torch.from_numpy(blocks.minimum)[..., None]
+        )
+    return weights.view(out_features, in_features).to(torch.bfloat16)
 
 
 @dataclass(frozen=True, slots=True)
