@@ -6,6 +6,7 @@ the row's source says which one it was.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ from django.db import transaction
 from webapp.accounts.models import RequestLog
 from webapp.accounts.services import usage_record
 from webapp.core.engine_settings import log_prompts_enabled
+from webapp.core.errors import MooncakeError
 from webapp.core.request_id import get_request_id
 from webapp.serving.generation import Usage
 
@@ -47,6 +49,15 @@ class RequestRecord:
         self.ttft_s = usage.ttft_s
         self.duration_s = usage.duration_s
         self.finish_reasons = self.finish_reasons or list(usage.finish_reasons)
+
+    def fail_with(self, exc: BaseException) -> None:
+        """Mark the row with `exc`: its status and message for an error of ours; 499 for a cancelled
+        request (a lost client, a chat send cancelled), else 500 with only the exception's type."""
+        if isinstance(exc, MooncakeError):
+            self.status_code, self.error = exc.status, exc.message
+        else:
+            self.status_code = 499 if isinstance(exc, asyncio.CancelledError) else 500
+            self.error = type(exc).__name__
 
 
 def _storable(text: str) -> str:

@@ -128,7 +128,7 @@ async def admit_send(
         run = await get_runtime().generation.prepare(request)
     except BaseException as exc:
         error = await _refusal(exc, use.model)
-        record_failure(record, error)
+        record.fail_with(error)
         await asyncio.shield(request_record_save(record=record, user_id=user_id))
         if error is exc:
             raise
@@ -155,12 +155,3 @@ async def _refusal(exc: BaseException, model: str) -> BaseException:
             retry_after=MODEL_RETRY_AFTER_S,
         )
     return exc
-
-
-def record_failure(record: RequestRecord, exc: BaseException) -> None:
-    """Mark the row with `exc`: its status (499 for a cancelled send, as the API logs a lost client)."""
-    if isinstance(exc, MooncakeError):
-        record.status_code, record.error = exc.status, exc.message
-    else:
-        record.status_code = 499 if isinstance(exc, asyncio.CancelledError) else 500
-        record.error = type(exc).__name__

@@ -27,7 +27,7 @@ from django.conf import settings
 
 from inference.api import EngineClient
 from webapp.chat import errors, events, selectors, services
-from webapp.chat.admission import ChatJob, ReplySettings, admit_send, check_length, record_failure
+from webapp.chat.admission import ChatJob, ReplySettings, admit_send, check_length
 from webapp.chat.markdown_stream import IncrementalMarkdown
 from webapp.chat.models import Conversation, Message
 from webapp.chat.replicas import ReplyCoordinator
@@ -320,7 +320,7 @@ async def _closed_on_error(run: GenerationRun[ChatJob]) -> AsyncIterator[None]:
         yield
     except BaseException as exc:
         if run.job is not None:
-            record_failure(run.job.record, exc)
+            run.job.record.fail_with(exc)
         await asyncio.shield(run.close())
         raise
 

@@ -25,7 +25,6 @@ from webapp.accounts.models import RequestLog
 from webapp.accounts.request_log import RequestRecord, request_record_save
 from webapp.api.services.models import model_name
 from webapp.chat import events, services
-from webapp.chat.admission import record_failure
 from webapp.chat.models import Message
 from webapp.core.errors import MooncakeError
 from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared
@@ -119,7 +118,7 @@ class TitleWriter:
             async for _, output in run.outputs():
                 text = output.outputs[0].text
         except Exception as exc:
-            record_failure(record, exc)
+            record.fail_with(exc)
             logger.warning("title generation failed for chat %s", conversation_id, exc_info=True)
         finally:
             await asyncio.shield(run.close())

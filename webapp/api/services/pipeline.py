@@ -17,7 +17,6 @@ from webapp.accounts.request_log import RequestRecord, request_record_save
 from webapp.api.auth import Caller
 from webapp.api.services.defaults import RequestDefaults, request_defaults_shared
 from webapp.api.services.models import model_name
-from webapp.core.errors import MooncakeError
 from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared, usage_of
 from webapp.serving.runtime import get_runtime
 from webapp.serving.streams import Generation, request_timeout_s
@@ -115,13 +114,8 @@ async def start_generation(
     )
     try:
         run = await get_runtime().generation.start(request)
-    except MooncakeError as exc:
-        record.status_code, record.error = exc.status, exc.message
-        await _save(caller, record)
-        raise
     except BaseException as exc:
-        record.status_code = 499 if isinstance(exc, asyncio.CancelledError) else 500
-        record.error = type(exc).__name__
+        record.fail_with(exc)
         await asyncio.shield(_save(caller, record))
         raise
     return ApiRun(run, caller, record)
