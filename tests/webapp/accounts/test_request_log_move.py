@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
+from tests.webapp.migrations import migrate_back_to, migrate_forward
 from webapp.accounts.models import ApiKey, RequestLog
 
 BEFORE = [("api", "0003_requestlog_source"), ("accounts", "0003_group_policy_quotas_usage_by_model")]
@@ -15,9 +14,7 @@ BEFORE = [("api", "0003_requestlog_source"), ("accounts", "0003_group_policy_quo
 @pytest.mark.database
 @pytest.mark.django_db(transaction=True)
 def test_rows_logged_under_the_api_app_are_kept_by_the_move() -> None:
-    executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
-    apps = executor.loader.project_state(BEFORE).apps
+    apps = migrate_back_to(BEFORE)
     user = apps.get_model("auth", "User").objects.create(username="before-move")
     key = apps.get_model("accounts", "ApiKey").objects.create(
         user=user, name="k", prefix="mc-abc", secret_hash="h"
@@ -31,9 +28,7 @@ def test_rows_logged_under_the_api_app_are_kept_by_the_move() -> None:
         duration_s=1.5,
         prompt_tokens=7,
     )
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    migrate_forward()
     row = RequestLog.objects.get(pk=old.pk)
     assert (row.user_id, row.api_key_id, row.source, row.prompt_tokens) == (user.pk, key.pk, "chat", 7)
     # The related names are the model's own, as before.

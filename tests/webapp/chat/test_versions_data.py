@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
 from tests.webapp.chat.fakes import FakeEngine
+from tests.webapp.migrations import migrate_back_to, migrate_forward
 from webapp.chat import selectors, services, transfer
 from webapp.chat.models import Conversation, Message
 from webapp.core.errors import InvalidRequest
@@ -243,18 +242,14 @@ def test_continuation_prompt_falls_back_to_the_generation_prompt_and_the_text() 
 @pytest.mark.database
 @pytest.mark.django_db(transaction=True)
 def test_migration_links_old_chats_into_one_line() -> None:
-    executor = MigrationExecutor(connection)
-    executor.migrate([("chat", "0002_reply_lease")])
-    apps = executor.loader.project_state([("chat", "0002_reply_lease")]).apps
+    apps = migrate_back_to([("chat", "0002_reply_lease")])
     user = apps.get_model("auth", "User").objects.create(username="old")
     old = apps.get_model("chat", "Conversation").objects.create(user=user)
     ids = [
         apps.get_model("chat", "Message").objects.create(conversation=old, role=role, content=str(i)).pk
         for i, role in enumerate(["user", "assistant", "user", "assistant"])
     ]
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    migrate_forward()
     chat = Conversation.objects.get(pk=old.pk)
     assert chat.active_root_id == ids[0]
     assert [m.pk for m in selectors.active_path(conversation=chat)] == ids
