@@ -90,6 +90,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         else:
             print("  First visit: the page asks you to create the administrator account.", flush=True)
             log_setup_link(url)  # from another machine the page needs this link's token
+        if settings.MOONCAKE_API_AUTH == "required":
+            print(f"  The API at {url}v1 needs a key (Authorization: Bearer <key>): an admin creates keys")
+            print(f"  on {url}console/users/ (a user's page, Keys).", flush=True)
         print(f"  The model loads in the background; {url}health turns 200 when it is ready.")
         print("  Ctrl-C stops everything.\n", flush=True)
     return supervisor.wait()

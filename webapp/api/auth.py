@@ -29,6 +29,10 @@ class Caller:
         return self.api_key.pk if self.api_key else None
 
 
+# Said wherever a key is asked for: the 401 and `mooncake serve`'s start-up lines.
+WHERE_KEYS_COME_FROM = "An admin creates keys on the console's Users page (/console/users/, a user's Keys)."
+
+
 def _bearer(request: HttpRequest) -> str | None:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
@@ -47,7 +51,8 @@ def _resolve(token: str | None) -> Caller:
     if api_key is None:
         if required:
             raise _unauthorized(
-                "Invalid API key." if token else "Missing API key (Authorization: Bearer ...)."
+                ("Invalid API key." if token else "Missing API key (Authorization: Bearer <key>).")
+                + f" {WHERE_KEYS_COME_FROM}"
             )
         # With auth off, SDKs still send some placeholder key: treat any unknown key as anonymous.
         return Caller(

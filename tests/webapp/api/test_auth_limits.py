@@ -44,6 +44,7 @@ async def test_missing_and_bad_keys_are_401(auth_required: None, db: None) -> No
         ):
             error = assert_openai_error(response, 401, "authentication_error")
             assert error["code"] == "invalid_api_key"
+            assert "console's Users page (/console/users/" in error["message"]  # where a key comes from
 
 
 @pytest.mark.database

@@ -156,6 +156,8 @@ def test_serve_on_a_public_bind_forces_api_keys_and_no_debug_and_prints_the_setu
     try:
         banner = _read_until(proc, "Ctrl-C stops everything", 120)
         assert "DEBUG off, API keys required" in banner, banner
+        # Says where a key comes from before the first request is refused, and the 401 says it again.
+        assert f"on http://127.0.0.1:{port}/console/users/ (a user's page, Keys)" in banner, banner
         data = tmp_path / "data"
         key = (data / "secret_key").read_text(encoding="utf-8").strip()
         token = hmac.new(key.encode(), b"mooncake first-run setup", hashlib.sha256).hexdigest()[:32]
@@ -167,7 +169,9 @@ def test_serve_on_a_public_bind_forces_api_keys_and_no_debug_and_prints_the_setu
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=10)
             assert refused.value.code == status
-            assert b"DEBUG = True" not in refused.value.read()
+            body = refused.value.read()
+            assert b"DEBUG = True" not in body
+            assert (b"/console/users/" in body) is (status == 401)
         assert stat.S_IMODE(data.stat().st_mode) == 0o700
         for name in ("mooncake.sqlite3", "secret_key"):
             assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
