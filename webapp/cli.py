@@ -213,8 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from django.core.exceptions import ImproperlyConfigured
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ImproperlyConfigured as exc:
+        # A setting the operator wrote: one line naming it, not Django's traceback through the settings.
+        print(f"mooncake: configuration error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

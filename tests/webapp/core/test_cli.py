@@ -83,6 +83,30 @@ def test_check_refuses_a_missing_config_file(tmp_path: Path) -> None:
     assert "does not exist" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("yaml", "env", "named"),
+    [
+        (
+            "engine: {type: openai, base_url: 'http://h:1/v1', api_key_env: UPSTREAM_KEY}\n",
+            {},
+            "UPSTREAM_KEY",
+        ),
+        ("", {"MOONCAKE_LOGIN_FAILURE_LIMIT": "many"}, "MOONCAKE_LOGIN_FAILURE_LIMIT"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it(
+    tmp_path: Path, yaml: str, env: dict[str, str], named: str
+) -> None:
+    config = tmp_path / "mooncake.yaml"
+    config.write_text(yaml or "server: {port: 8000}\n")
+    result = _mooncake(["check", "--config", str(config)], _env(tmp_path, **env))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mooncake: configuration error:") and named in lines[0], (
+        lines
+    )
+
+
 def test_models_without_a_running_server(tmp_path: Path) -> None:
     result = _mooncake(["models", "--port", str(free_port())], _env(tmp_path))
     assert result.returncode == 0, result.stderr
