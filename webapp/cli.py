@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from webapp.processes import Supervisor, wait_for_port, worker_command
+from webapp.processes import Supervisor, port_taken, wait_for_port, worker_command
 
 PORT_WAIT_SECONDS = 60.0
 # After the server's own drain timeout, how long to wait before killing a child that will not stop.
@@ -72,6 +72,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     make_private(settings.DATA_DIR, sqlite_file(settings.DATABASES["default"]))
     call_command("migrate", interactive=False, verbosity=0)
     port = int(args.port or settings.MOONCAKE["server"]["port"])
+    taken = port_taken(host, port)
+    if taken is not None:  # said once, before anything starts, rather than after a banner
+        raise SystemExit(
+            f"mooncake: cannot listen on {host}:{port}: {taken.strerror} (is another server there?)"
+        )
     commands = {
         "server": [sys.executable, "-m", "webapp.serving.server", "--host", host, "--port", str(port)],
     }

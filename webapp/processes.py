@@ -22,6 +22,19 @@ def worker_command() -> list[str]:
     ]  # fmt: skip
 
 
+def port_taken(host: str, port: int) -> OSError | None:
+    """Why the server could not listen on host:port now (another process holds it), or None: binding
+    the way Daphne does (SO_REUSEADDR), then letting go at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host or "0.0.0.0", port))
+        except OSError as exc:
+            return exc
+    return None
+
+
 def wait_for_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -105,6 +106,22 @@ def test_a_bad_setting_is_one_line_naming_it(
     assert len(lines) == 1 and lines[0].startswith("mooncake: configuration error:") and named in lines[0], (
         lines
     )
+
+
+def test_serve_on_a_port_in_use_says_so_once_and_fails(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = _mooncake(
+            ["serve", "--port", str(port), "--no-worker"], _env(tmp_path, MOONCAKE_AUTOLOAD="0")
+        )
+    assert result.returncode == 1
+    ours = [line for line in (result.stdout + result.stderr).splitlines() if "mooncake" in line.lower()]
+    expected = (
+        f"mooncake: cannot listen on 127.0.0.1:{port}: Address already in use (is another server there?)"
+    )
+    assert ours == [expected]  # once, and no "Mooncake is running" before it
 
 
 def test_models_without_a_running_server(tmp_path: Path) -> None:
