@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from inference.api import EngineError, ModelInfo
-from webapp.core.request_id import error_reference
 from webapp.serving.runtime import get_runtime
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +45,19 @@ def download_progress(info: ModelInfo) -> dict[str, int | None]:
 
 
 def _hidden(what: str, detail: object) -> str:
-    """A public sentence for `what` that quotes a reference; the details go to the log under it."""
-    reference = error_reference()
-    logger.warning("%s (reference %s): %s", what, reference, detail)
+    """A public sentence for `what` that quotes a reference; the details go to the log under it (once:
+    every poll about the same failure quotes the same reference)."""
+    reference = get_runtime().health_log.failure(what, detail)
     return f"{what}; the details are in the server log (request id {reference})."
 
 
 def default_engine_readiness() -> Readiness:
+    readiness = _readiness()
+    get_runtime().health_log.state(readiness.status, None if readiness.ready else readiness.reason)
+    return readiness
+
+
+def _readiness() -> Readiness:
     manager = get_runtime().peek_manager()
     if manager is None:
         return Readiness(False, "no_engine", "The engine has not been started yet.")

@@ -22,6 +22,7 @@ from django.conf import settings
 
 from inference.api import EngineClient, ModelManagerClient
 from webapp.serving.generation import GenerationService
+from webapp.serving.health_log import HealthLog
 from webapp.serving.jobs import ProcessJobs
 from webapp.serving.limits import Limiter, RateLimiter
 
@@ -93,6 +94,7 @@ class Runtime:
         self.threads: list[threading.Thread] = []
         self.limiter = make_limiter()
         self.jobs = ProcessJobs()
+        self.health_log = HealthLog()
         self.generation = GenerationService(
             limiter=self.limiter, engine_for=self.get_engine, check_access=self.check_model_access
         )

@@ -13,4 +13,7 @@ from webapp.serving.health import default_engine_readiness
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
     readiness = default_engine_readiness()
-    return JsonResponse(readiness.as_json(), status=200 if readiness.ready else 503)
+    response = JsonResponse(readiness.as_json(), status=200 if readiness.ready else 503)
+    # Not Django's "Service Unavailable" error line on every poll: health.py logs each change once.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response

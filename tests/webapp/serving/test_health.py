@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -109,3 +110,27 @@ def test_version(client: Client) -> None:
 
 def test_health_rejects_post(client: Client, fake_manager: FakeModelManager) -> None:
     assert client.post("/health").status_code == 405
+
+
+def test_polling_logs_each_change_once(
+    client: Client, no_manager: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = FakeModelManager()
+    manager.register("slow", None)
+    manager.set_state("slow", "loading")
+    get_runtime().install_manager(manager)
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            assert client.get("/health").status_code == 503
+        manager.set_state("slow", "failed", "out of memory")
+        reasons = {client.get("/health").json()["reason"] for _ in range(3)}
+    assert not [r for r in caplog.records if r.name == "django.request"]  # no error line per poll
+    ours = [r.getMessage() for r in caplog.records if r.name == "webapp.serving.health"]
+    assert len(reasons) == 1  # every answer quotes the one reference the details were logged under
+    reference = reasons.pop().rsplit("request id ", 1)[1].rstrip(").")
+    assert ours == [
+        "health: loading (Model slow is loading.)",
+        f"Model slow failed to load (reference {reference}): out of memory",
+        f"health: failed (Model slow failed to load; the details are in the server log (request id "
+        f"{reference}).)",
+    ]
