@@ -22,6 +22,7 @@ from inference.config_groups import (
     RemoteSettings,
     SchedulerConfig,
     ServerSettings,
+    check_batch_holds_sequences,
     check_positive,
     off_or_positive,
 )
@@ -151,6 +152,8 @@ class EngineConfig:
         check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
         check_positive("max_queue_len", self.max_queue_len)
         off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
+        if self.engine_type in IN_PROCESS_TYPES:  # refused here, so `mooncake check` says it before a load
+            check_batch_holds_sequences(self.max_num_batched_tokens, self.max_num_seqs)
 
     def _check_engine_type(self) -> None:
         kind = self.engine_type

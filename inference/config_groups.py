@@ -26,6 +26,14 @@ def check_positive(name: str, value: int | float) -> None:
         raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
+def check_batch_holds_sequences(max_num_batched_tokens: int, max_num_seqs: int) -> None:
+    if max_num_batched_tokens < max_num_seqs:
+        raise ValueError(
+            f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_num_seqs "
+            f"({max_num_seqs}) so every running sequence can decode in one step"
+        )
+
+
 def check_memory_fraction(value: float) -> None:
     if not 0.0 < value <= 1.0:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {value}")
@@ -93,11 +101,7 @@ class SchedulerConfig:
         check_positive("max_model_len", self.max_model_len)
         check_positive("max_queue_len", self.max_queue_len)
         off_or_positive("max_step_latency_ms", self.max_step_latency_ms)
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
-                f"({self.max_num_seqs}) so every running sequence can decode in one step"
-            )
+        check_batch_holds_sequences(self.max_num_batched_tokens, self.max_num_seqs)
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             # Without chunking a whole prompt must fit in one step's token budget.
             raise ValueError(

@@ -124,3 +124,11 @@ def test_remote_and_server_settings_are_typed_groups_of_the_flat_config() -> Non
     )
     every = {f.name for f in dataclasses.fields(EngineConfig)}
     assert set().union(*(fields_read_by(kind) for kind in ENGINE_TYPES)) == every
+
+
+def test_a_batch_must_hold_one_token_of_every_sequence_for_in_process_types() -> None:
+    for kind in ("native", "transformers"):
+        with pytest.raises(ValueError, match=r"max_num_batched_tokens \(32\) must be >= max_num_seqs \(64\)"):
+            EngineConfig(engine_type=kind, max_num_batched_tokens=32)
+    # An upstream's own scheduler decides there (and `mooncake check` refuses the unread settings).
+    EngineConfig(engine_type="openai", base_url="http://h:1/v1", max_num_batched_tokens=32)

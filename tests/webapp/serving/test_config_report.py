@@ -51,3 +51,15 @@ def test_a_bad_registration_is_a_problem_not_a_crash(db: None) -> None:
     ModelRegistration.objects.create(name="broken", source="default")
     report = config_report()
     assert any(p.startswith("engine settings (broken)") and "block_size" in p for p in report.problems)
+
+
+def test_a_batch_too_small_for_the_sequences_is_a_problem_before_any_load(db: None) -> None:
+    """The scheduler would refuse it at load; `mooncake check` says so first, naming both settings."""
+    EngineSettings.objects.create(max_num_seqs=128, max_num_batched_tokens=64)
+    ModelRegistration.objects.create(name="tight", source="default")
+    report = config_report()
+    assert any(
+        p.startswith("engine settings (tight)")
+        and "max_num_batched_tokens (64) must be >= max_num_seqs (128)" in p
+        for p in report.problems
+    ), report.problems
