@@ -15,6 +15,7 @@ from pathlib import Path
 
 from inference.config import EngineConfig
 from inference.manager.memory_plan import Footprint
+from inference.models.kv_cache import KVBudget, max_model_len_error
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Mirrors inference.models.kv_cache's CPU default (kept torch-free here).
@@ -78,6 +79,31 @@ def read_shape(path: Path) -> ModelShape:
         context_length=context,
         file_bytes=sum(f.stat().st_size for f in files),
     )
+
+
+def load_refusal(config: EngineConfig, shape: ModelShape, device: DeviceFacts) -> str | None:
+    """What the load would refuse about `config` for this model, known from its shape before any load: a
+    max_model_len over its context, or over what an explicit kv_cache_memory_bytes holds (the load's own
+    words, inference.core.model_runner)."""
+    requested = config.max_model_len
+    if requested is None:
+        return None
+    if requested > shape.context_length:
+        return (
+            f"max_model_len={requested} exceeds the model's context length {shape.context_length}; lower it, "
+            "or leave it out to use the model's own"
+        )
+    explicit = config.kv_cache_memory_bytes
+    if explicit is None:
+        return None
+    elem = DTYPE_BYTES.get(config.dtype, device.auto_dtype_bytes)
+    per_block = config.block_size * 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * elem
+    capacity = explicit // per_block * config.block_size
+    if requested <= capacity:
+        return None
+    needed = -(-requested // config.block_size) * per_block
+    budget = KVBudget(explicit, f"kv_cache_memory_bytes={explicit}")
+    return str(max_model_len_error(requested, capacity_tokens=capacity, needed_bytes=needed, budget=budget))
 
 
 def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, device: DeviceFacts) -> Footprint:

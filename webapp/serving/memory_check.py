@@ -3,7 +3,8 @@
 The budget: the manager's (MOONCAKE_MEMORY_BUDGET_BYTES, or the console's tuning page) where one is set;
 else, on CPU, the RAM available now; on a GPU each model's gpu_memory_utilization caps the device's use.
 Models whose size cannot be read (a missing path, a remote engine) are left to their load's own error; a
-max_model_len over the model's context is a problem here, as it would be at load.
+max_model_len over the model's context, or over what an explicit kv_cache_memory_bytes holds, is a
+problem here, as it would be at load.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ def plan_listed(
 ) -> MemoryPlan:
     """Plan mooncake.yaml's models (those in `names`, if given) in the file's order."""
     # Function-local: reading a size needs the gguf reader, probing the device needs torch.
-    from inference.manager.footprint import DeviceFacts, estimate, probe_device, read_shape
+    from inference.manager.footprint import DeviceFacts, estimate, load_refusal, probe_device, read_shape
 
     footprints: list[Footprint] = []
-    too_long: dict[str, str] = {}
+    refused: dict[str, str] = {}
     device: DeviceFacts | None = None
     for listed in listed_models(mooncake):
         if names is not None and listed.name not in names:
@@ -53,23 +54,20 @@ def plan_listed(
         except Exception:
             logger.warning("Could not read the size of %s; not planned", listed.name, exc_info=True)
             continue
-        if config.max_model_len is not None and config.max_model_len > shape.context_length:
-            # The load refuses it (model_runner): said here first, and the model is not planned.
-            too_long[listed.name] = (
-                f"{listed.name}: max_model_len={config.max_model_len} exceeds the model's context length "
-                f"{shape.context_length}; lower it, or leave it out to use the model's own"
-            )
-            continue
         device = device or probe_device(config.device)
+        refusal = load_refusal(config, shape, device)
+        if refusal is not None:  # the load would refuse it: said here first, and the model is not planned
+            refused[listed.name] = f"{listed.name}: {refusal}"
+            continue
         footprints.append(estimate(listed.name, listed.key, config, shape, device))
     if device is None:
-        return MemoryPlan(problems=too_long)
+        return MemoryPlan()
     source = BUDGET_SOURCE
     if budget_bytes is None and device.kind == "cpu":
         budget_bytes, source = device.available_bytes, "the RAM available now"
     total = device.total_bytes if device.kind == "cuda" else None
     plan = plan_memory(footprints, budget_bytes=budget_bytes, budget_source=source, device_total_bytes=total)
-    plan.problems.update(too_long)
+    plan.problems.update(refused)
     return plan
 
 
