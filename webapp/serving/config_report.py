@@ -56,15 +56,16 @@ def config_report() -> Report:
             report, f"engine: {row.name} ({how})", partial(resolve_registered_engine, row, tuning)
         )
     _model_sources(report)
-    if is_list(settings.MOONCAKE):
-        budget = (
-            memory_budget(tuning) if tuning is not None else settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
+    # A models list is planned against the budget; one model, only for what its load would refuse.
+    budget = memory_budget(tuning) if tuning is not None else settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
+    try:
+        plan = plan_listed(
+            settings.MOONCAKE, budget_bytes=budget, refusals_only=not is_list(settings.MOONCAKE)
         )
-        try:
-            report.problems.extend(plan_listed(settings.MOONCAKE, budget_bytes=budget).problems.values())
-        except Exception as exc:  # the plan is advice; say why it is missing rather than fail the check
-            logger.debug("Memory plan failed", exc_info=True)
-            report.lines.append(f"memory plan:  not made ({type(exc).__name__}: {exc})")
+        report.problems.extend(plan.problems.values())
+    except Exception as exc:  # the plan is advice; say why it is missing rather than fail the check
+        logger.debug("Memory plan failed", exc_info=True)
+        report.lines.append(f"memory plan:  not made ({type(exc).__name__}: {exc})")
     return report
 
 

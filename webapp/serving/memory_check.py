@@ -31,8 +31,10 @@ def plan_listed(
     *,
     budget_bytes: int | None,
     names: Collection[str] | None = None,
+    refusals_only: bool = False,
 ) -> MemoryPlan:
-    """Plan mooncake.yaml's models (those in `names`, if given) in the file's order."""
+    """Plan mooncake.yaml's models (those in `names`, if given) in the file's order; `refusals_only`: only
+    what each load would refuse (one model has no plan to fit, but can still ask for too long a context)."""
     # Function-local: reading a size needs the gguf reader, probing the device needs torch.
     from inference.manager.footprint import DeviceFacts, estimate, load_refusal, probe_device, read_shape
 
@@ -60,8 +62,8 @@ def plan_listed(
             refused[listed.name] = f"{listed.name}: {refusal}"
             continue
         footprints.append(estimate(listed.name, listed.key, config, shape, device))
-    if device is None:
-        return MemoryPlan()
+    if device is None or refusals_only:
+        return MemoryPlan(problems=refused)
     source = BUDGET_SOURCE
     if budget_bytes is None and device.kind == "cpu":
         budget_bytes, source = device.available_bytes, "the RAM available now"
