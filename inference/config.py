@@ -6,8 +6,6 @@ type reads (inference.config_groups), so a bad value fails at construction with 
 from __future__ import annotations
 
 import dataclasses
-import os
-import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from inference.config_groups import (
     check_positive,
     off_or_positive,
 )
+from inference.config_values import coerce
 from inference.speculative_config import SpeculativeConfig
 
 # Who runs the model: "native" is our engine in this process; "transformers" transformers' own
@@ -127,6 +126,7 @@ class EngineConfig:
     pipeline_parallel_size: int = 1
     executable: str | None = None
     startup_timeout: float = 900.0
+    extra_args: tuple[str, ...] = ()
     # n-gram speculative decoding (native only); a mapping in mooncake.yaml, None: off.
     speculative: SpeculativeConfig | None = None
 
@@ -148,6 +148,7 @@ class EngineConfig:
             check_positive("cpu_threads", self.cpu_threads)
         if self.model_roots is not None:
             self.model_roots = tuple(str(root) for root in self.model_roots)  # a list from yaml
+        self.extra_args = tuple(self.extra_args)  # a list from yaml
         check_positive("max_num_seqs", self.max_num_seqs)
         check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
         check_positive("max_queue_len", self.max_queue_len)
@@ -165,6 +166,7 @@ class EngineConfig:
             self._check_server()
             return
         stray = [name for name in ("executable",) if getattr(self, name) is not None]
+        stray += ["extra_args"] if self.extra_args else []
         stray += [n for n in ("tensor_parallel_size", "pipeline_parallel_size") if getattr(self, n) != 1]
         if stray:
             raise ValueError(
@@ -211,7 +213,11 @@ class EngineConfig:
     def server(self) -> ServerSettings:
         """The server Mooncake starts for a supervised type."""
         return ServerSettings(
-            self.tensor_parallel_size, self.pipeline_parallel_size, self.executable, self.startup_timeout
+            self.tensor_parallel_size,
+            self.pipeline_parallel_size,
+            self.executable,
+            self.startup_timeout,
+            self.extra_args,
         )
 
     def model_config(self) -> ModelConfig:
@@ -258,41 +264,7 @@ class EngineConfig:
             if name not in names:
                 unknown.append(key)
                 continue
-            kwargs[name] = _coerce(name, value, hints[name])
+            kwargs[name] = coerce(name, value, hints[name])
         if unknown:
             raise ValueError(f"unknown engine setting(s): {', '.join(sorted(unknown))}")
         return cls(**kwargs)
-
-
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
-    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
-    if value is None or (
-        optional and isinstance(value, str) and value.strip().lower() in ("", "none", "null")
-    ):
-        if optional:
-            return None
-        raise ValueError(f"{name} must not be empty")
-    if base is SpeculativeConfig:
-        return SpeculativeConfig.from_value(value)  # its own errors name the key that is wrong
-    try:
-        if base is bool:
-            if isinstance(value, str):
-                if value.strip().lower() in ("1", "true", "yes", "on"):
-                    return True
-                if value.strip().lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
-        if base is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(value)
-        if base is float:
-            return float(value)
-        if typing.get_origin(base) is tuple:  # model_roots: a list, or one string of os.pathsep-joined paths
-            parts = value if isinstance(value, list | tuple) else str(value).split(os.pathsep)
-            return tuple(str(part) for part in parts if str(part))
-        return str(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: cannot use {value!r} as {getattr(base, '__name__', base)}") from None

@@ -140,8 +140,13 @@ class ServerSettings:
     # web layer looks it up on PATH. The engine package reads no environment, so it is given the path.
     executable: str | None = None
     startup_timeout: float = 900.0  # seconds its server may take to answer /health (large models load slowly)
+    # Passed through to the server's command line as given, after the flags Mooncake sets (the engine's
+    # own options Mooncake has no setting for: --enable-expert-parallel, --quantization fp8, ...).
+    extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not all(isinstance(arg, str) and arg for arg in self.extra_args):
+            raise ValueError(f"extra_args must be a list of non-empty strings, got {list(self.extra_args)!r}")
         check_positive("tensor_parallel_size", self.tensor_parallel_size)
         check_positive("pipeline_parallel_size", self.pipeline_parallel_size)
         check_positive("startup_timeout", self.startup_timeout)

@@ -125,7 +125,7 @@ def server_command(config: EngineConfig, *, executable: str, port: int) -> list[
     for setting, flag in kind.flags.items():
         if values[setting] is not None:
             argv += [flag, str(values[setting])]
-    return argv
+    return argv + list(server.extra_args)  # last: the operator's own flags win where an engine lets them
 
 
 def free_port() -> int:

@@ -231,3 +231,23 @@ def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
     assert not _alive(pid)
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # the whole group is gone, the shell's python child included
+
+
+def test_extra_args_reach_the_command_line_last_and_only_for_a_server_mooncake_starts() -> None:
+    listed = {
+        "type": "vllm",
+        "model_id": MODEL,
+        "extra_args": ["--enable-expert-parallel", "--quantization", "fp8"],
+    }
+    assert server_command(EngineConfig.from_dict(listed), executable="vllm", port=1)[-3:] == [
+        "--enable-expert-parallel", "--quantization", "fp8",
+    ]  # fmt: skip
+    # From the environment, one shell-quoted string.
+    quoted = EngineConfig.from_dict(
+        {"type": "sglang", "model_id": MODEL, "extra_args": "--mem-fraction-static '0.8'"}
+    )
+    assert quoted.server().extra_args == ("--mem-fraction-static", "0.8")
+    with pytest.raises(ValueError, match="extra_args only apply to engine types vllm, sglang, tgi"):
+        EngineConfig.from_dict({"type": "native", "extra_args": ["--x"]})
+    with pytest.raises(ValueError, match="extra_args must be a list of non-empty strings"):
+        EngineConfig.from_dict({"type": "tgi", "model_id": MODEL, "extra_args": ["--ok", ""]})
