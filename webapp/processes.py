@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import socket
 import subprocess
@@ -11,6 +12,14 @@ from collections.abc import Callable
 from types import FrameType
 
 CHILD_POLL_SECONDS = 0.5
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up before any fork: the child only calls it
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel sends SIGTERM when `mooncake serve` dies, even by SIGKILL, so
+    no orphaned server keeps the port and the model's memory from the supervisor's restart."""
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def worker_command() -> list[str]:
@@ -58,8 +67,12 @@ class Supervisor:
 
     def start(self) -> None:
         for name, command in self.commands.items():
-            # A session of their own: Ctrl-C reaches only us, and we forward exactly one SIGTERM.
-            self.children[name] = subprocess.Popen(command, start_new_session=True)
+            # A session of their own: Ctrl-C reaches only us, and we forward exactly one SIGTERM. Started
+            # from the main thread, which lives as long as we do (PDEATHSIG fires when the forking thread
+            # ends).
+            self.children[name] = subprocess.Popen(
+                command, start_new_session=True, preexec_fn=_die_with_parent
+            )
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals_received += 1

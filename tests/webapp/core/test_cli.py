@@ -19,6 +19,7 @@ import pytest
 
 from tests.live_server import free_port
 from webapp.cli import build_parser
+from webapp.processes import port_taken
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -230,3 +231,26 @@ def test_check_names_a_max_model_len_the_load_would_refuse(tmp_path: Path) -> No
     result = _mooncake(["check", "--config", str(config)], _env(tmp_path))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "max_model_len=100000 exceeds the model's context length 8192" in result.stderr
+
+
+def test_a_killed_serve_takes_its_server_with_it(tmp_path: Path) -> None:
+    """SIGKILL leaves `serve` no chance to stop its children: the kernel does (PDEATHSIG), and a restart finds
+    the port free."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webapp.cli", "serve", "--port", str(port), "--no-worker"],
+        env=_env(tmp_path, MOONCAKE_AUTOLOAD="0"), cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        _read_until(proc, "Ctrl-C stops everything", 120)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while port_taken("127.0.0.1", port) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert port_taken("127.0.0.1", port) is None, "the server outlived the killed serve"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
