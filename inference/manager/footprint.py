@@ -81,10 +81,10 @@ def read_shape(path: Path) -> ModelShape:
     )
 
 
-def load_refusal(config: EngineConfig, shape: ModelShape, device: DeviceFacts) -> str | None:
-    """What the load would refuse about `config` for this model, known from its shape before any load: a
-    max_model_len over its context, or over what an explicit kv_cache_memory_bytes holds (the load's own
-    words, inference.core.model_runner)."""
+def load_refusal(config: EngineConfig, shape: ModelShape, footprint: Footprint) -> str | None:
+    """What the load would refuse about `config` for this model (its `footprint`, from estimate()), known
+    before any load: a max_model_len over its context, or over what an explicit kv_cache_memory_bytes
+    holds (the load's own words, inference.core.model_runner)."""
     requested = config.max_model_len
     if requested is None:
         return None
@@ -96,8 +96,7 @@ def load_refusal(config: EngineConfig, shape: ModelShape, device: DeviceFacts) -
     explicit = config.kv_cache_memory_bytes
     if explicit is None:
         return None
-    elem = DTYPE_BYTES.get(config.dtype, device.auto_dtype_bytes)
-    per_block = config.block_size * 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * elem
+    per_block = footprint.block_size * footprint.kv_bytes_per_token
     capacity = explicit // per_block * config.block_size
     if requested <= capacity:
         return None

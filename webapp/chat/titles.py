@@ -112,6 +112,12 @@ class TitleWriter:
         except Exception:  # A missing title is cosmetic: keep the provisional one.
             logger.warning("title generation failed for chat %s", conversation_id, exc_info=True)
             return
+
+        async def account(closed: GenerationRun[Prepared]) -> None:
+            record.take_usage(closed.usage)
+            await request_record_save(record=record, user_id=user_id)
+
+        run.on_close(account)
         text = ""
         try:
             await run.submit()
@@ -122,8 +128,6 @@ class TitleWriter:
             logger.warning("title generation failed for chat %s", conversation_id, exc_info=True)
         finally:
             await asyncio.shield(run.close())
-            record.take_usage(run.usage)
-            await asyncio.shield(request_record_save(record=record, user_id=user_id))
         if record.status_code != 200:
             return
         title = clean_title(text)

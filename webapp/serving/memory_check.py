@@ -57,11 +57,12 @@ def plan_listed(
             logger.warning("Could not read the size of %s; not planned", listed.name, exc_info=True)
             continue
         device = device or probe_device(config.device)
-        refusal = load_refusal(config, shape, device)
+        footprint = estimate(listed.name, listed.key, config, shape, device)
+        refusal = load_refusal(config, shape, footprint)
         if refusal is not None:  # the load would refuse it: said here first, and the model is not planned
             refused[listed.name] = f"{listed.name}: {refusal}"
             continue
-        footprints.append(estimate(listed.name, listed.key, config, shape, device))
+        footprints.append(footprint)
     if device is None or refusals_only:
         return MemoryPlan(problems=refused)
     source = BUDGET_SOURCE

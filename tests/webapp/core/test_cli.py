@@ -225,14 +225,6 @@ def test_serve_on_a_public_bind_forces_api_keys_and_no_debug_and_prints_the_setu
             proc.wait()
 
 
-def test_check_names_a_max_model_len_the_load_would_refuse(tmp_path: Path) -> None:
-    config = tmp_path / "mooncake.yaml"
-    config.write_text("model: {model_id: default, max_model_len: 100000}\n")
-    result = _mooncake(["check", "--config", str(config)], _env(tmp_path))
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "max_model_len=100000 exceeds the model's context length 8192" in result.stderr
-
-
 def test_a_killed_serve_takes_its_server_with_it(tmp_path: Path) -> None:
     """SIGKILL leaves `serve` no chance to stop its children: the kernel does (PDEATHSIG), and a restart finds
     the port free."""

@@ -63,3 +63,17 @@ def test_a_batch_too_small_for_the_sequences_is_a_problem_before_any_load(db: No
         and "max_num_batched_tokens (64) must be >= max_num_seqs (128)" in p
         for p in report.problems
     ), report.problems
+
+
+def test_one_models_max_model_len_the_load_would_refuse_is_a_problem(
+    db: None, settings: Any, tmp_path: Any
+) -> None:
+    """Without a models list there is no budget plan, but what the load would refuse is still named."""
+    config = tmp_path / "mooncake.yaml"
+    config.write_text("model: {model_id: default, max_model_len: 100000}\n")
+    resolved = resolve_settings(
+        {"MOONCAKE_DATA": str(tmp_path), "MOONCAKE_CONFIG": str(config)}, base_dir=tmp_path, cwd=tmp_path
+    )
+    settings.MOONCAKE_SETTINGS, settings.MOONCAKE = resolved, resolved.yaml
+    report = config_report()
+    assert any("max_model_len=100000 exceeds the model's context length 8192" in p for p in report.problems)
