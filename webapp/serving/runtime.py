@@ -135,6 +135,12 @@ class Runtime:
                 self._services[cls] = (factory or cls)()
             return self._services[cls]
 
+    def peek_service(self, cls: type[T]) -> T | None:
+        """The app's service if something made it, without making it."""
+        with self._lock:
+            found: T | None = self._services.get(cls)
+            return found
+
     def close_services(self) -> None:
         """Close every service that holds something outside the process's memory (children, files)."""
         with self._lock:

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from tests.webapp.chat.fakes import FakeEngine, FakeManager
+from tests.webapp.chat.settle import chat_background_settled  # noqa: F401 (an autouse fixture)
 from webapp.chat import services
 from webapp.chat.models import Conversation
 

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import pytest
 from django.contrib.auth.models import User
 
+from tests.webapp.chat.settle import chat_background_settled  # noqa: F401 (an autouse fixture)
 from webapp.celery import app
 from webapp.chat import services as chat_services
 from webapp.chat.models import Conversation
