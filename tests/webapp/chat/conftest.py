@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth.models import User
 
 from tests.webapp.chat.fakes import FakeEngine, FakeManager
-from tests.webapp.chat.settle import chat_background_settled  # noqa: F401 (an autouse fixture)
+from tests.webapp.chat.settle import chat_background_settled, settle_async_tests  # noqa: F401
 from webapp.chat import services
 from webapp.chat.models import Conversation
 
@@ -37,3 +38,7 @@ def alice() -> User:
 @pytest.fixture
 def chat(alice: User) -> Conversation:
     return services.conversation_create(user=alice)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    settle_async_tests(items, under=Path(__file__).parent)

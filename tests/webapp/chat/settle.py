@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +15,18 @@ from webapp.chat.generation import ChatReplies
 from webapp.serving.runtime import get_runtime
 
 
-@pytest.fixture(autouse=True)
-async def chat_background_settled(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+@pytest.fixture
+async def chat_background_settled() -> AsyncIterator[None]:
     yield
     replies = get_runtime().peek_service(ChatReplies)
-    if replies is not None and inspect.iscoroutinefunction(request.function):
+    if replies is not None:
         await replies.titles.wait_idle()  # replies are the tests' own to end (some hold one)
+
+
+def settle_async_tests(items: list[pytest.Item], *, under: Path) -> None:
+    """Give the fixture to the coroutine tests under `under` only: on a sync test (Playwright's among them)
+    it would open an event loop the sync API refuses to run in."""
+    for item in items:
+        function = getattr(item, "function", None)
+        if item.path.is_relative_to(under) and function is not None and inspect.iscoroutinefunction(function):
+            item.add_marker(pytest.mark.usefixtures("chat_background_settled"))

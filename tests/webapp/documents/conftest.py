@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 
-from tests.webapp.chat.settle import chat_background_settled  # noqa: F401 (an autouse fixture)
+from tests.webapp.chat.settle import chat_background_settled, settle_async_tests  # noqa: F401
 from webapp.celery import app
 from webapp.chat import services as chat_services
 from webapp.chat.models import Conversation
@@ -33,3 +34,7 @@ def bob() -> User:
 @pytest.fixture
 def chat(alice: User) -> Conversation:
     return chat_services.conversation_create(user=alice)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    settle_async_tests(items, under=Path(__file__).parent)
