@@ -184,6 +184,16 @@ class ChatReplies:
             await asyncio.wait(tasks)
         await self.titles.wait_idle()
 
+    async def settle(self, *, grace: float) -> None:
+        """Give the running replies `grace` seconds to end, stop those still going, then wait for every reply
+        and title: afterwards nothing of this service writes (a test's teardown, before the database goes)."""
+        tasks = [r.task for r in self._running.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        for conversation_id in list(self._running):
+            await self._stop_here(conversation_id)
+        await self.wait_idle()
+
     @contextlib.asynccontextmanager
     async def _reservation(self, conversation: Conversation) -> AsyncIterator[None]:
         # Claimed here before the first await so two quick sends cannot both start a reply; then the lease

@@ -1,7 +1,7 @@
-"""A fixture for async tests that send chat messages: the titles their replies started end on the
-test's own event loop, before the database is torn down. A title still writing its request-log row when
-the loop closed would go on from its thread into the teardown (a TRUNCATE deadlock on PostgreSQL, a user
-left behind on SQLite)."""
+"""A fixture for async tests that send chat messages: the replies and titles they started end on the
+test's own event loop, before the database is torn down. A reply finishing its bookkeeping, or a title
+writing its request-log row, when the loop closed would go on from its thread into the teardown (a TRUNCATE
+deadlock on PostgreSQL, a user left behind on SQLite)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ async def chat_background_settled() -> AsyncIterator[None]:
     yield
     replies = get_runtime().peek_service(ChatReplies)
     if replies is not None:
-        await replies.titles.wait_idle()  # replies are the tests' own to end (some hold one)
+        await replies.settle(grace=10.0)  # a reply a test left running is stopped after that
 
 
 def settle_async_tests(items: list[pytest.Item], *, under: Path) -> None:
