@@ -15,7 +15,7 @@ from transformers import PretrainedConfig
 
 from inference.models.args import ModelArgs
 from inference.models.attention.base import AttentionBackend
-from inference.models.gguf_blocks import GGUFBlocks, Q4Blocks
+from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks
 from inference.models.kv_cache import KVCacheSpec
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
 from inference.models.linear_method import DENSE, LinearMethod, LinearPlan, choose_method
@@ -186,11 +186,14 @@ class DecoderForCausalLM(nn.Module):
             counts[module.method.name] += 1
         if self.lm_head is None:
             embedding = blocks.embedding if blocks is not None else None
-            self.tied_head = choose_method(self.model.embed_tokens.weight.detach(), embedding, plan)
+            shards = [embedding] if embedding is not None else None
+            self.tied_head = choose_method(self.model.embed_tokens.weight.detach(), shards, plan)
             counts[self.tied_head.name] += 1
         return counts
 
-    def _projections(self, blocks: dict[str, Q4Blocks]) -> Iterator[tuple[Linear, Q4Blocks | None]]:
+    def _projections(
+        self, blocks: dict[str, BlockMatrix]
+    ) -> Iterator[tuple[Linear, list[BlockMatrix] | None]]:
         """Each projection, with its checkpoint weights' blocks (all shards of a fused one, stacked in the
         fused order) where `blocks` has every one of them."""
         shards_of: dict[str, list[str]] = {}
@@ -203,6 +206,6 @@ class DecoderForCausalLM(nn.Module):
             prefix = f"{parent}." if parent else ""
             sources = [f"{prefix}{original}.weight" for original in shards_of.get(attr, [attr])]
             if all(source in blocks for source in sources):
-                yield module, Q4Blocks.stack([blocks[source] for source in sources])
+                yield module, [blocks[source] for source in sources]
             else:
                 yield module, None

@@ -64,11 +64,11 @@ class FusedDecode:
                 norms.append(norm.weight.detach().contiguous())
             for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
                 method = linear.method
-                if not isinstance(method, GGUFDecodeMethod) or method.weight.levels.dtype != torch.uint8:
-                    return None
+                if not isinstance(method, GGUFDecodeMethod) or (weight := method.q4_weight()) is None:
+                    return None  # the fused layers read Q4_0/Q4_1 blocks only
                 kernel = method.kernel
-                levels.append(method.weight.levels)
-                dms.append(method.weight.dm)
+                levels.append(weight.levels)
+                dms.append(weight.dm)
             cache = attn.attn
             if cache.k_cache.dtype != torch.bfloat16 or cache.k_cache.dim() != 4:
                 return None

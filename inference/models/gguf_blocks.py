@@ -1,9 +1,12 @@
-"""A GGUF's block-quantized matrices as the file stores them: Q4_0/Q4_1 linears and a Q8_0 embedding.
+"""A GGUF's block-quantized matrices as the file stores them: Q4_0, Q4_1, Q8_0 and the K-quants Q4_K, Q5_K
+and Q6_K, for the linears and a tied head's embedding.
 
 The block layouts are ggml's: Q4_0 is an fp16 scale d and 16 bytes of nibbles (W = d * (q - 8)); Q4_1 adds
 an fp16 minimum m (W = d * q + m); Q8_0 is an fp16 d and 32 int8 (W = d * q). In a Q4 block the first 16
 weights are the low nibbles and the next 16 the high ones. The nibbles are kept packed as read: the decode
-kernel takes exactly those bytes, and only torch's int4 layout needs them one level per byte.
+kernel takes exactly those bytes, and only torch's int4 layout needs them one level per byte. The
+K-quants' super-blocks of 256 weights (packed sub-block scales, then levels) are kept whole, each row the
+file's bytes: the kernels read them as they are (csrc/kquant_formats.h).
 llama.cpp interleaves the rows of llama-architecture Q/K projections for its rotary layout; they are put
 back the way our models (and the dequantized cache) have them.
 """
@@ -14,12 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf.constants import GGMLQuantizationType
 
 from inference.models.gguf_convert import _PERMUTED_ARCHS, _hf_name, _unpermute
 from inference.models.gguf_file import GGUFFile
 
 GROUP = 32  # Q4_0, Q4_1 and Q8_0 quantize blocks of 32 weights along the input dimension
+SUPER_BLOCK = 256  # the K-quants' super-block of 8 or 16 sub-blocks
 _BLOCK_BYTES = {"Q4_0": 2 + GROUP // 2, "Q4_1": 4 + GROUP // 2}
+KQUANT_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}  # bytes per super-block
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,37 +93,114 @@ class Q8Blocks:
 
 
 @dataclass(frozen=True, slots=True)
+class KQuantBlocks:
+    """A Q4_K, Q5_K or Q6_K matrix: each row the file's super-blocks, as stored."""
+
+    type_name: str  # "Q4_K", "Q5_K" or "Q6_K"
+    raw: np.ndarray  # [out, in // 256 * KQUANT_BYTES[type_name]] uint8
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.raw.shape[0]), int(self.raw.shape[1]) // KQUANT_BYTES[self.type_name] * SUPER_BLOCK
+
+    @classmethod
+    def random(cls, type_name: str, out_features: int, in_features: int, *, seed: int) -> KQuantBlocks:
+        """Random levels and sub-block scales with finite fp16 super-block scales (tests, self-checks)."""
+        rng = np.random.default_rng(seed)
+        size = KQUANT_BYTES[type_name]
+        blocks = rng.integers(0, 256, (out_features, in_features // SUPER_BLOCK, size), dtype=np.uint8)
+        scales = rng.uniform(0.0005, 0.01, (*blocks.shape[:2], 2)).astype(np.float16).view(np.uint8)
+        if type_name == "Q6_K":
+            blocks[..., size - 2 :] = scales[..., :2]  # d last; int8 sub-block scales before it
+        else:
+            blocks[..., :4] = scales  # d and dmin first
+        return cls(type_name, blocks.reshape(out_features, -1))
+
+    @property
+    def type_id(self) -> int:
+        """ggml's number for the type, which the kernel takes."""
+        return int(GGMLQuantizationType[self.type_name])
+
+    def dequantize(self) -> np.ndarray:
+        """gguf-py's float32 weights, the reference every kernel is held to."""
+        from gguf.quants import dequantize
+
+        return dequantize(self.raw, GGMLQuantizationType[self.type_name]).reshape(self.shape)
+
+
+BlockMatrix = Q4Blocks | Q8Blocks | KQuantBlocks
+
+
+def stack_blocks(parts: list[BlockMatrix]) -> BlockMatrix:
+    """Row-wise concatenation of shards of one type (a fused projection's)."""
+    first = parts[0]
+    if isinstance(first, Q4Blocks):
+        return Q4Blocks.stack([p for p in parts if isinstance(p, Q4Blocks)])
+    if isinstance(first, Q8Blocks):
+        q8 = [p for p in parts if isinstance(p, Q8Blocks)]
+        return Q8Blocks(np.concatenate([p.levels for p in q8]), np.concatenate([p.scale for p in q8]))
+    kq = [p for p in parts if isinstance(p, KQuantBlocks)]
+    return KQuantBlocks(first.type_name, np.concatenate([p.raw for p in kq]))
+
+
+def same_type(a: BlockMatrix, b: BlockMatrix) -> bool:
+    """Whether two shards stack into one matrix the kernel reads in one call."""
+    if isinstance(a, KQuantBlocks) and isinstance(b, KQuantBlocks):
+        return a.type_name == b.type_name
+    return type(a) is type(b)
+
+
+@dataclass(frozen=True, slots=True)
 class GGUFBlocks:
     """The blocks the CPU paths can use, read in one pass over the file's tensor table."""
 
-    linears: dict[str, Q4Blocks]  # every Q4_0/Q4_1 weight, keyed by its Hugging Face name
-    embedding: Q8Blocks | None  # the token embedding (a tied model's head), when it is Q8_0
+    linears: dict[str, BlockMatrix]  # every weight in a type we read, keyed by its Hugging Face name
+    embedding: BlockMatrix | None  # the token embedding (a tied model's head), in such a type (not Q4)
 
 
 def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBlocks:
-    """The file's Q4_0/Q4_1 weights and its Q8_0 token embedding (other types are left out)."""
+    """The file's Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights (other types are left out)."""
     reader = GGUFFile(gguf_path)
     arch = reader.architecture
-    linears: dict[str, Q4Blocks] = {}
-    embedding: Q8Blocks | None = None
+    linears: dict[str, BlockMatrix] = {}
+    embedding: BlockMatrix | None = None
     for tensor in reader.tensors:
-        kind = tensor.type_name
-        if tensor.name == "token_embd.weight" and kind == "Q8_0":
-            embedding = parse_q8_0(np.asarray(tensor.data))
-        name = _hf_name(tensor.name)
-        if kind not in _BLOCK_BYTES or name is None:
+        blocks = _parse(np.asarray(tensor.data), tensor.type_name)
+        if blocks is None:
             continue
-        blocks = parse_q4(np.asarray(tensor.data), kind)
+        if tensor.name == "token_embd.weight" and not isinstance(blocks, Q4Blocks):
+            embedding = blocks
+            continue
+        name = _hf_name(tensor.name)
+        if name is None:
+            continue
         if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = num_heads if "q_proj" in name else num_kv_heads
-            # A row permutation: it moves each row's packed nibbles along with its scale and minimum.
-            blocks = Q4Blocks(
-                _unpermute(blocks.nibbles, heads),
-                _unpermute(blocks.scale, heads),
-                _unpermute(blocks.minimum, heads),
-            )
+            blocks = _permuted(blocks, num_heads if "q_proj" in name else num_kv_heads)
         linears[name] = blocks
     return GGUFBlocks(linears, embedding)
+
+
+def _parse(raw: np.ndarray, kind: str) -> BlockMatrix | None:
+    if kind in _BLOCK_BYTES:
+        return parse_q4(raw, kind)
+    if kind == "Q8_0":
+        return parse_q8_0(raw)
+    if kind in KQUANT_BYTES:
+        return KQuantBlocks(kind, np.array(raw, copy=True))  # owned: the file's map is read-only
+    return None
+
+
+def _permuted(blocks: BlockMatrix, heads: int) -> BlockMatrix:
+    """llama.cpp's Q/K row interleave undone: a row permutation moves each row's levels with its scales."""
+    if isinstance(blocks, Q4Blocks):
+        return Q4Blocks(
+            _unpermute(blocks.nibbles, heads),
+            _unpermute(blocks.scale, heads),
+            _unpermute(blocks.minimum, heads),
+        )
+    if isinstance(blocks, Q8Blocks):
+        return Q8Blocks(_unpermute(blocks.levels, heads), _unpermute(blocks.scale, heads))
+    return KQuantBlocks(blocks.type_name, np.ascontiguousarray(_unpermute(blocks.raw, heads)))
 
 
 def parse_q8_0(raw: np.ndarray) -> Q8Blocks:

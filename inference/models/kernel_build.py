@@ -1,5 +1,5 @@
-"""Compile the native CPU kernels (csrc/: q4_linear, the fused decode_layers, prompt_attention) into the
-cache's kernels/.
+"""Compile the native CPU kernels (csrc/: q4_linear, kquant_linear, the fused decode_layers,
+prompt_attention) into the cache's kernels/.
 
 `make install` runs this module so a server never spends its first start compiling (about 15 s):
 
@@ -37,8 +37,9 @@ SOURCES = [
     CSRC / "decode_layers.cpp",
     CSRC / "prompt_attention.cpp",
     CSRC / "tile_linear.cpp",
+    CSRC / "kquant_linear.cpp",
 ]
-HEADERS = [CSRC / "q4_kernels.h", CSRC / "bf16_lanes.h", CSRC / "amx_tiles.h"]
+HEADERS = [CSRC / "q4_kernels.h", CSRC / "kquant_formats.h", CSRC / "bf16_lanes.h", CSRC / "amx_tiles.h"]
 _FLAGS = [
     "-O3",
     "-fopenmp",

@@ -9,7 +9,7 @@ file holds.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -18,10 +18,10 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from inference.models.gguf_blocks import Q4Blocks, Q8Blocks
+from inference.models.gguf_blocks import BlockMatrix, Q4Blocks
 from inference.models.int4 import Int4Weight, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
-from inference.models.q4_decode import DecodeWeight, Q4Kernel, decode_weight, eligible, matches
+from inference.models.q4_decode import BlockWeight, DecodeWeight, Q4Kernel, decode_weights, eligible, matches
 from inference.models.tile_linear import TileWeight, pack_tiles, tile_linear
 
 
@@ -118,24 +118,40 @@ def blocks_for_small_batches(allowed: bool) -> Iterator[None]:
 
 class GGUFDecodeMethod(LinearMethod):
     """Batches of up to kernel.max_rows rows read the GGUF's blocks (q4_decode.py); larger ones, prefill
-    among them, go to `fallback` (the tiled or packed bf16 weights), where the blocks' kernel is no faster."""
+    among them, go to `fallback` (the tiled or packed bf16 weights), where the blocks' kernel is no faster.
+    A fused projection whose shards the file stores in different types holds one part per type, row after
+    row; each output row's sum is the same either way."""
 
     name = "gguf-decode"
 
-    def __init__(self, weight: DecodeWeight, kernel: Q4Kernel, fallback: LinearMethod) -> None:
-        self.weight, self.kernel, self.fallback = weight, kernel, fallback
+    def __init__(self, parts: Sequence[BlockWeight], kernel: Q4Kernel, fallback: LinearMethod) -> None:
+        self.parts, self.kernel, self.fallback = list(parts), kernel, fallback
 
     @property
     def keeps_dense(self) -> bool:
         return self.fallback.keeps_dense
 
+    def q4_weight(self) -> DecodeWeight | None:
+        """The one Q4_0/Q4_1 matrix, where that is all this layer holds (the fused decode layers take it)."""
+        only = self.parts[0] if len(self.parts) == 1 else None
+        if isinstance(only, DecodeWeight) and only.levels.dtype == torch.uint8:
+            return only
+        return None
+
     def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if x.numel() <= self.kernel.max_rows * x.shape[-1] and _blocks_allowed.get():
-            return self.kernel.linear(x, self.weight, bias)
-        return self.fallback.apply(x, weight, bias)
+        if not (x.numel() <= self.kernel.max_rows * x.shape[-1] and _blocks_allowed.get()):
+            return self.fallback.apply(x, weight, bias)
+        if len(self.parts) == 1:
+            return self.kernel.linear(x, self.parts[0], bias)
+        outs, start = [], 0
+        for part in self.parts:
+            stop = start + part.out_features
+            outs.append(self.kernel.linear(x, part, None if bias is None else bias[start:stop]))
+            start = stop
+        return torch.cat(outs, dim=-1)
 
     def nbytes(self) -> int:
-        return self.weight.nbytes() + self.fallback.nbytes()
+        return sum(part.nbytes() for part in self.parts) + self.fallback.nbytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,23 +160,29 @@ class LinearPlan:
 
     pack: bool = False  # prepack dense bf16 weights for oneDNN (CPUs with native bf16)
     tiles: bool = False  # dense bf16 weights through our AMX tile kernel instead (CPUs with AMX)
-    int4: bool = False  # quantization="gguf": Q4 projections in torch's int4 layout
+    int4: bool = False  # quantization="gguf": Q4_0/Q4_1 projections in torch's int4 layout
     kernel: Q4Kernel | None = None  # small batches may read a GGUF's blocks through this kernel
 
 
-def choose_method(dense: torch.Tensor, blocks: Q4Blocks | Q8Blocks | None, plan: LinearPlan) -> LinearMethod:
+def choose_method(
+    dense: torch.Tensor, shards: Sequence[BlockMatrix] | None, plan: LinearPlan
+) -> LinearMethod:
     """The method for a layer whose loaded dense weight is `dense` and whose blocks in the file (if the
-    file has them in a type we read) are `blocks`. Call before the dense weight is dropped."""
-    if blocks is not None and blocks.shape != tuple(dense.shape):
-        raise ValueError(f"blocks of shape {blocks.shape} for a linear of shape {tuple(dense.shape)}")
-    if plan.int4 and isinstance(blocks, Q4Blocks):
-        return Int4Method(pack_int4(blocks))
+    file has all of them in types we read) are `shards`, stacked row-wise in the layer's order (one for an
+    unfused layer). Call before the dense weight is dropped."""
+    if shards:
+        shape = (sum(s.shape[0] for s in shards), shards[0].shape[1])
+        if shape != tuple(dense.shape):
+            raise ValueError(f"blocks of shape {shape} for a linear of shape {tuple(dense.shape)}")
+    q4 = [s for s in shards or () if isinstance(s, Q4Blocks)]
+    if plan.int4 and q4 and len(q4) == len(shards or ()):
+        return Int4Method(pack_int4(Q4Blocks.stack(q4)))
     fallback: LinearMethod = DENSE
     if plan.tiles:
         fallback = TileMethod(pack_tiles(dense))
     elif plan.pack:
         fallback = PackedMethod(pack_weight(dense))
     # Only where the blocks are bit for bit the dense weights: the path changes speed, never outputs.
-    if plan.kernel is not None and blocks is not None and eligible(blocks) and matches(blocks, dense):
-        return GGUFDecodeMethod(decode_weight(blocks), plan.kernel, fallback)
+    if plan.kernel is not None and shards and all(map(eligible, shards)) and matches(shards, dense):
+        return GGUFDecodeMethod(decode_weights(shards), plan.kernel, fallback)
     return fallback

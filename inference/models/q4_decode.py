@@ -1,10 +1,13 @@
-"""Small decode batches through a GGUF's Q4 blocks on CPU, with the bf16 model's own weights.
+"""Small decode batches through a GGUF's blocks on CPU, with the bf16 model's own weights.
 
 A decode step of a few sequences is bound by reading every weight once. For a GGUF's Q4_0/Q4_1
 projections the kernel (csrc/q4_decode.cpp) reads the 4-bit levels plus a (d, m) pair per block, 5 bytes
 per 8 weights against bf16's 16, and expands each block in registers to bf16(d * q + m): exactly the bf16
-weights the dequantized model holds. `matches` checks that bit for bit before a projection takes the path,
-so this changes speed, not weights; only the fp32 accumulation order differs from the dense bf16 product.
+weights the dequantized model holds. Q8_0 takes the same kernel with int8 levels; Q4_K, Q5_K and Q6_K rows
+are read as the file stores them (csrc/kquant_linear.cpp, 4.5 to 6.6 bits per weight), expanded to
+gguf-py's dequantized values rounded to bf16. `matches` checks that bit for bit before a projection takes
+the path, so this changes speed, not weights; only the fp32 accumulation order differs from the dense bf16
+product.
 Batches of up to 16 rows take it (AMX tiles where the CPU has them and the config allows it, else
 AVX512-BF16 registers, one path for every row count so a row's bits never depend on its batch); larger
 ones, prefill among them, stay on the dense bf16 weights (linear_method.py).
@@ -18,13 +21,23 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from inference.models.gguf_blocks import GROUP, Q4Blocks, Q8Blocks
+from inference.models.gguf_blocks import (
+    GROUP,
+    SUPER_BLOCK,
+    BlockMatrix,
+    KQuantBlocks,
+    Q4Blocks,
+    Q8Blocks,
+    same_type,
+    stack_blocks,
+)
 from inference.models.native import load_library
 
 logger = logging.getLogger(__name__)
@@ -37,13 +50,50 @@ class DecodeWeight:
     levels: torch.Tensor  # [out, in // 2] uint8: each Q4 block's 16 bytes as ggml stores them; Q8_0: int8
     dm: torch.Tensor  # [out, in // 32 * 2] float16: (d, m) per block, W = d * q + m (m = 0 for Q8_0)
 
+    @property
+    def out_features(self) -> int:
+        return int(self.levels.shape[0])
+
     def nbytes(self) -> int:
         return self.levels.numel() + self.dm.numel() * self.dm.element_size()
 
 
-def decode_weight(blocks: Q4Blocks | Q8Blocks) -> DecodeWeight:
+@dataclass(slots=True)
+class KQuantWeight:
+    """One matrix of Q4_K/Q5_K/Q6_K super-blocks, each row the file's bytes."""
+
+    raw: torch.Tensor  # [out, in // 256 * bytes per super-block] uint8
+    type_id: int  # ggml's number for the type
+
+    @property
+    def out_features(self) -> int:
+        return int(self.raw.shape[0])
+
+    def nbytes(self) -> int:
+        return self.raw.numel()
+
+
+BlockWeight = DecodeWeight | KQuantWeight
+MAX_INPUT = 32768  # the kernels widen one row's scales into a fixed L1 buffer (kMaxDm)
+
+
+def decode_weights(shards: Sequence[BlockMatrix]) -> list[BlockWeight]:
+    """A projection's shards in the kernels' layouts, each run of one type stacked into one matrix (a Q4_K_M
+    file's fused QKV mixes Q4_K with Q6_K, for one)."""
+    runs: list[list[BlockMatrix]] = []
+    for shard in shards:
+        if runs and same_type(runs[-1][-1], shard):
+            runs[-1].append(shard)
+        else:
+            runs.append([shard])
+    return [decode_weight(stack_blocks(run)) for run in runs]
+
+
+def decode_weight(blocks: BlockMatrix) -> BlockWeight:
     """The kernel takes a Q4 file's nibbles as they are; only the (d, m) pairs are interleaved, in the file's
-    own fp16 (`eligible` has checked they fit it exactly)."""
+    own fp16 (`eligible` has checked they fit it exactly). K-quant rows go as they are."""
+    if isinstance(blocks, KQuantBlocks):
+        return KQuantWeight(torch.from_numpy(np.ascontiguousarray(blocks.raw)), blocks.type_id)
     out_features = blocks.shape[0]
     if isinstance(blocks, Q8Blocks):
         levels = blocks.levels
@@ -57,26 +107,37 @@ def decode_weight(blocks: Q4Blocks | Q8Blocks) -> DecodeWeight:
     )
 
 
-def eligible(blocks: Q4Blocks | Q8Blocks) -> bool:
+def eligible(blocks: BlockMatrix) -> bool:
     """The kernel takes block pairs (the input size a multiple of 64) with fp16 scales and minimums, as GGUF
-    files store them: 20 bytes per Q4 block, the file's own stream."""
+    files store them: 20 bytes per Q4 block, the file's own stream. K-quants come in whole super-blocks."""
+    if blocks.shape[1] > MAX_INPUT:
+        return False
+    if isinstance(blocks, KQuantBlocks):
+        return blocks.shape[1] % SUPER_BLOCK == 0
     if blocks.shape[1] % (2 * GROUP):
         return False
     pairs = [blocks.scale] if isinstance(blocks, Q8Blocks) else [blocks.scale, blocks.minimum]
     return all(np.array_equal(v.astype(np.float16).astype(v.dtype), v) for v in pairs)
 
 
-def matches(blocks: Q4Blocks | Q8Blocks, dense: torch.Tensor) -> bool:
-    """Whether the kernel's weights, bf16(d * q + m), are bit for bit the model's bf16 weight."""
-    if dense.dtype != torch.bfloat16 or tuple(dense.shape) != blocks.shape:
+def matches(shards: Sequence[BlockMatrix], dense: torch.Tensor) -> bool:
+    """Whether the kernel's weights (the shards' rows one after another), bf16(d * q + m) for Q4 and gguf-py's
+    values rounded to bf16 for the rest, are bit for bit the model's bf16 weight."""
+    shape = (sum(s.shape[0] for s in shards), shards[0].shape[1])
+    if dense.dtype != torch.bfloat16 or tuple(dense.shape) != shape:
         return False
-    return torch.equal(_dequantized_bf16(blocks), dense)
+    if any(s.shape[1] != shape[1] for s in shards):
+        return False
+    return torch.equal(torch.cat([_dequantized_bf16(s) for s in shards]), dense)
 
 
-def _dequantized_bf16(blocks: Q4Blocks | Q8Blocks) -> torch.Tensor:
-    """blocks.dequantize() rounded to bf16, the same fp32 product and sum computed by torch (on every core;
-    numpy's one thread made this check a third of a server's model load)."""
+def _dequantized_bf16(blocks: BlockMatrix) -> torch.Tensor:
+    """blocks.dequantize() rounded to bf16, the same fp32 product and sum computed by torch or by the kernels'
+    own expansion (on every core; numpy's one thread made this check a third of a server's model load)."""
     out_features, in_features = blocks.shape
+    if isinstance(blocks, KQuantBlocks):
+        raw = torch.from_numpy(np.ascontiguousarray(blocks.raw))
+        return torch.ops.mooncake_q4.kquant_dequantize(raw, blocks.type_id, in_features)
     if isinstance(blocks, Q8Blocks):
         levels = torch.from_numpy(blocks.levels).view(out_features, -1, GROUP).float()
         weights = levels * torch.from_numpy(blocks.scale)[..., None]
@@ -96,10 +157,13 @@ class Q4Kernel:
     amx: bool
     max_rows: int  # 16 on either path
 
-    def linear(self, x: torch.Tensor, weight: DecodeWeight, bias: torch.Tensor | None) -> torch.Tensor:
+    def linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """x [..., in] bf16 with at most max_rows rows -> [..., out] bf16."""
         flat = x.reshape(-1, x.shape[-1])
-        out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias, self.amx)
+        if isinstance(weight, KQuantWeight):
+            out = torch.ops.mooncake_q4.kquant_linear(flat, weight.raw, weight.type_id, bias, self.amx)
+        else:
+            out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias, self.amx)
         return out.view(*x.shape[:-1], out.shape[-1])
 
 
@@ -141,24 +205,31 @@ def _agrees_with_dense(kernel: Q4Kernel) -> bool:
         rng.integers(-128, 128, (20, 128), dtype=np.int8),
         rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
     )
-    return all(_agrees(kernel, b) for b in (blocks, q8))
+    checked: list[BlockMatrix] = [blocks, q8]
+    checked += [KQuantBlocks.random(name, 20, SUPER_BLOCK, seed=1) for name in ("Q4_K", "Q5_K", "Q6_K")]
+    return all(_agrees(kernel, b) for b in checked)
 
 
-def _agrees(kernel: Q4Kernel, blocks: Q4Blocks | Q8Blocks) -> bool:
+def _agrees(kernel: Q4Kernel, blocks: BlockMatrix) -> bool:
     weight = decode_weight(blocks)
     dense = torch.from_numpy(blocks.dequantize()).bfloat16()
     gen = torch.Generator().manual_seed(0)
+    width = blocks.shape[1]
     for rows in sorted({1, 2, 3, kernel.max_rows}):
-        columns = torch.randperm(128, generator=gen)[:rows]
-        one_hot = torch.zeros(rows, 128, dtype=torch.bfloat16)
+        columns = torch.randperm(width, generator=gen)[:rows]
+        one_hot = torch.zeros(rows, width, dtype=torch.bfloat16)
         one_hot[torch.arange(rows), columns] = 1
-        x = torch.randn(rows, 128, generator=gen).bfloat16()
+        x = torch.randn(rows, width, generator=gen).bfloat16()
         expected = x.float() @ dense.float().T
         exact = torch.equal(kernel.linear(one_hot, weight, None), dense[:, columns].T)
         out = kernel.linear(x, weight, None)
         close = torch.allclose(out.float(), expected, rtol=1e-2, atol=1e-2)
         alike = torch.equal(kernel.linear(x[-1:], weight, None), out[-1:])  # a row's bits, alone or not
         if not (exact and close and alike):
-            logger.warning("Q4 decode kernel disagrees with the dense weights at %d rows; not using it", rows)
+            logger.warning(
+                "GGUF decode kernel disagrees with the dense weights (%s) at %d rows; not using it",
+                type(blocks).__name__,
+                rows,
+            )
             return False
     return True

@@ -60,7 +60,7 @@ void project(const bf16* x, const at::Tensor& levels, const at::Tensor& dm, bf16
              bool amx, Scratch& scratch) {
   const int64_t n = levels.size(0);
   permute_x(bits(x), scratch.xp.data(), rows, k);
-  multiply<false>(scratch.xp.data(), reinterpret_cast<const uint8_t*>(levels.data_ptr()),
+  multiply<Q4Format>(scratch.xp.data(), reinterpret_cast<const uint8_t*>(levels.data_ptr()),
                   reinterpret_cast<const uint16_t*>(dm.data_ptr()),
                   scratch.y.data(), rows, k, n, amx);
   for (int64_t i = 0; i < rows * n; i += 16) store16(out + i, _mm512_loadu_ps(scratch.y.data() + i));

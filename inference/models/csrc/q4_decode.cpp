@@ -26,9 +26,9 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& levels, const at::Te
   const auto* s = reinterpret_cast<const uint16_t*>(dm.data_ptr());
   const auto* xs = reinterpret_cast<const uint16_t*>(xp.data_ptr());
   if (q8) {
-    multiply<true>(xs, q, s, y.data_ptr<float>(), rows, k, n, amx);
+    multiply<Q8Format>(xs, q, s, y.data_ptr<float>(), rows, k, n, amx);
   } else {
-    multiply<false>(xs, q, s, y.data_ptr<float>(), rows, k, n, amx);
+    multiply<Q4Format>(xs, q, s, y.data_ptr<float>(), rows, k, n, amx);
   }
   if (bias.has_value() && bias->defined()) {
     y.add_(bias->to(at::kFloat));  // in fp32, before the one rounding to bf16, as oneDNN adds it

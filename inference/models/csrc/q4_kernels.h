@@ -1,13 +1,17 @@
-// The kernels behind y = x @ W^T for 1-16 rows of bf16 activations, W held as a GGUF's Q4_0/Q4_1 (or Q8_0) blocks (see
-// q4_decode.py; built by kernel_build.py).
+// The kernels behind y = x @ W^T for 1-16 rows of bf16 activations, W held as a GGUF's blocks: Q4_0/Q4_1 (or
+// Q8_0) here, the K-quants in kquant_formats.h (see q4_decode.py; built by kernel_build.py).
 //
-// Each block of 32 weights is expanded in registers to the bf16 values bf16(d * q + m): a 16-entry table
-// per block (one FMA over 0..15, rounded to bf16 to nearest even) indexed by the 4-bit levels. Those are
-// the very weights the bf16 model holds, so the product is the dense bf16 path's up to the fp32
-// accumulation order. Decode then streams 5 bytes per 8 weights instead of 16.
+// Each block of 32 weights is expanded in registers to the bf16 values the file's dequantization gives,
+// rounded once from fp32 as gguf-py computes them: for Q4, a 16-entry table per block (one FMA over 0..15,
+// rounded to bf16 to nearest even) indexed by the 4-bit levels. Those are the very weights the bf16 model
+// holds, so the product is the dense bf16 path's up to the fp32 accumulation order. Decode then streams the
+// file's bytes (5 per 8 weights for Q4_1) instead of bf16's 16.
 //
-// Blocks go in pairs. For blocks b and b+1 the 32 bytes of levels give A = [b 0..15 | b+1 0..15] (low
-// nibbles) and B = [b 16..31 | b+1 16..31] (high nibbles); x is permuted into the same order once a call.
+// A format is a small traits struct (Q4Format, Q8Format below; the K-quants' beside them): its bytes per
+// row, its per-row scales widened once to fp32 (2 floats per 32 weights, kept in L1), and how it expands a
+// pair of 32-weight blocks into two registers of 32 bf16, in an order x is permuted into once a call. For
+// Q4_0/Q4_1 blocks b and b+1, the 32 bytes of levels give A = [b 0..15 | b+1 0..15] (low nibbles) and B =
+// [b 16..31 | b+1 16..31] (high nibbles); the K-quants expand in the weights' own order.
 //
 // Where AMX is allowed and present, every call (1-16 rows) goes through tiles: 16 weight rows' block pair is
 // expanded into two 16x32 bf16 tiles, and x^T, in the same order and in AMX's pair-interleaved layout, is the
@@ -33,10 +37,6 @@ constexpr int64_t kPrefetchBytes = 2048;  // ~7 rows of a 576-wide matrix ahead:
 
 // (d, m) per block as the GGUF stores them: fp16 bits (exact in fp32; the loader checks they fit).
 inline constexpr auto kDmType = at::kHalf;
-
-// Bytes of one block's levels: 32 nibbles (Q4_0/Q4_1) or 32 int8 (Q8_0, whose blocks are W = d * q).
-template <bool Q8>
-constexpr int64_t kBlockBytes = Q8 ? 32 : 16;
 
 inline __m512 scaled_int8(const uint8_t* q, float d) {
   __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
@@ -77,19 +77,48 @@ inline void widen_dm(const uint16_t* src, float* dst, int64_t count) {
   for (; i < count; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
-template <bool Q8, int M, int R>
+// Q4_0/Q4_1: levels [n, k / 2] of nibbles, dm [n, k / 32 * 2] fp16 (d, m) per block.
+struct Q4Format {
+  static constexpr bool kPermuteX = true;
+  static int64_t row_bytes(int64_t k) { return k / 2; }
+  static void row_scales(const uint8_t*, const uint16_t* dm, float* dst, int64_t k) { widen_dm(dm, dst, k / 16); }
+  static void expand(const uint8_t* row, int64_t b, const float* s, __m512i* wa, __m512i* wb) {
+    expand_pair<false>(row + b * 16, s, wa, wb);
+  }
+};
+
+// Q8_0 (split): levels [n, k] int8, dm [n, k / 32 * 2] fp16 (d, 0) per block.
+struct Q8Format {
+  static constexpr bool kPermuteX = true;
+  static int64_t row_bytes(int64_t k) { return k; }
+  static void row_scales(const uint8_t*, const uint16_t* dm, float* dst, int64_t k) { widen_dm(dm, dst, k / 16); }
+  static void expand(const uint8_t* row, int64_t b, const float* s, __m512i* wa, __m512i* wb) {
+    expand_pair<true>(row + b * 32, s, wa, wb);
+  }
+};
+
+// dm: the split formats' fp16 (d, m) pairs; nullptr for formats whose rows carry their own scales.
+inline const uint16_t* row_dm(const uint16_t* dm, int64_t row, int64_t k) {
+  return dm == nullptr ? nullptr : dm + row * (k / 16);
+}
+
+template <class Fmt, int M, int R>
 inline void dot_rows(const uint8_t* levels, const uint16_t* dm, const uint16_t* xp, float* y, int64_t n,
                      int64_t k, int64_t n_total) {
   const int64_t blocks = k / 32;
   alignas(64) float scales[R][kMaxDm];
-  for (int r = 0; r < R; ++r) widen_dm(dm + (n + r) * blocks * 2, scales[r], blocks * 2);
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) {
+    rows[r] = levels + (n + r) * Fmt::row_bytes(k);
+    Fmt::row_scales(rows[r], row_dm(dm, n + r, k), scales[r], k);
+  }
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; b += 2) {
     for (int r = 0; r < R; ++r) {
       __m512i wa, wb;
-      expand_pair<Q8>(levels + ((n + r) * blocks + b) * kBlockBytes<Q8>, scales[r] + b * 2, &wa, &wb);
+      Fmt::expand(rows[r], b, scales[r] + b * 2, &wa, &wb);
       for (int m = 0; m < M; ++m) {
         const uint16_t* x = xp + m * k + b * 32;
         acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)wa, (__m512bh)_mm512_loadu_si512(x));
@@ -101,16 +130,16 @@ inline void dot_rows(const uint8_t* levels, const uint16_t* dm, const uint16_t* 
     for (int m = 0; m < M; ++m) y[m * n_total + n + r] = _mm512_reduce_add_ps(acc[r][m]);
 }
 
-template <bool Q8, int M>
+template <class Fmt, int M>
 void dot_all(const uint8_t* levels, const uint16_t* dm, const uint16_t* xp, float* y, int64_t k, int64_t n) {
   // Two rows at a time for instruction-level parallelism; an odd last row alone.
   at::parallel_for(0, (n + 1) / 2, 32, [&](int64_t begin, int64_t end) {
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t row = pair * 2;
       if (row + 1 < n) {
-        dot_rows<Q8, M, 2>(levels, dm, xp, y, row, k, n);
+        dot_rows<Fmt, M, 2>(levels, dm, xp, y, row, k, n);
       } else {
-        dot_rows<Q8, M, 1>(levels, dm, xp, y, row, k, n);
+        dot_rows<Fmt, M, 1>(levels, dm, xp, y, row, k, n);
       }
     }
   });
@@ -126,7 +155,7 @@ inline constexpr int64_t kChunkPairs = 8;
 
 // Output rows [16 g0, 16 g1): tmm0 accumulates 16 weight rows x 16 activation rows; tmm1/tmm3 hold a block
 // pair's two weight tiles, tmm2/tmm4 the matching x^T tiles (bt: per tile, 16 pairs x 16 rows of 2 bf16).
-template <bool Q8>
+template <class Fmt>
 void amx_groups(const uint8_t* levels, const uint16_t* dm, const uint32_t* bt, float* y, int64_t g0, int64_t g1,
                 int64_t rows, int64_t k, int64_t n) {
   const int64_t blocks = k / 32;
@@ -136,8 +165,11 @@ void amx_groups(const uint8_t* levels, const uint16_t* dm, const uint32_t* bt, f
   std::vector<float> scales(16 * blocks * 2);
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t n0 = g * 16;
-    for (int r = 0; r < 16 && n0 + r < n; ++r)
-      widen_dm(dm + (n0 + r) * blocks * 2, scales.data() + r * blocks * 2, blocks * 2);
+    const uint8_t* rows_of[16] = {};
+    for (int r = 0; r < 16 && n0 + r < n; ++r) {
+      rows_of[r] = levels + (n0 + r) * Fmt::row_bytes(k);
+      Fmt::row_scales(rows_of[r], row_dm(dm, n0 + r, k), scales.data() + r * blocks * 2, k);
+    }
     _tile_zero(0);
     int buffer = 0;
     for (int64_t b0 = 0; b0 < blocks; b0 += 2 * kChunkPairs, buffer ^= 1) {
@@ -146,9 +178,8 @@ void amx_groups(const uint8_t* levels, const uint16_t* dm, const uint32_t* bt, f
       for (int r = 0; r < 16; ++r) {
         for (int64_t p = 0; p < pairs; ++p) {
           __m512i wa = _mm512_setzero_si512(), wb = _mm512_setzero_si512();
-          const int64_t b = b0 + 2 * p, block = (n0 + r) * blocks + b;
-          if (n0 + r < n)
-            expand_pair<Q8>(levels + block * kBlockBytes<Q8>, scales.data() + (r * blocks + b) * 2, &wa, &wb);
+          const int64_t b = b0 + 2 * p;
+          if (n0 + r < n) Fmt::expand(rows_of[r], b, scales.data() + (r * blocks + b) * 2, &wa, &wb);
           _mm512_store_si512(chunk + p * kTile + r * 32, wa);
           _mm512_store_si512(chunk + p * kTile + (16 + r) * 32, wb);
         }
@@ -169,7 +200,7 @@ void amx_groups(const uint8_t* levels, const uint16_t* dm, const uint32_t* bt, f
   }
 }
 
-template <bool Q8>
+template <class Fmt>
 void amx_all(const uint16_t* xp, const uint8_t* levels, const uint16_t* dm, float* y, int64_t rows, int64_t k,
              int64_t n) {
   // x^T in tile order: bt[pair][m] = the two bf16 of xp row m at that pair; rows past x stay zero.
@@ -184,7 +215,7 @@ void amx_all(const uint16_t* xp, const uint8_t* levels, const uint16_t* dm, floa
     TileConfig config = full_tiles(5);
     for (int t : {0, 2, 4}) config.colsb[t] = static_cast<uint16_t>(4 * rows);
     _tile_loadconfig(&config);
-    amx_groups<Q8>(levels, dm, bt.data(), y, g0, g1, rows, k, n);
+    amx_groups<Fmt>(levels, dm, bt.data(), y, g0, g1, rows, k, n);
     _tile_release();
   });
 }
@@ -192,26 +223,26 @@ void amx_all(const uint16_t* xp, const uint8_t* levels, const uint16_t* dm, floa
 // Either way 16: AMX tiles, or register groups of 8 (at 16 rows still well under oneDNN's packed bf16 step here).
 inline int64_t max_rows(bool) { return 16; }
 
-template <bool Q8>
+template <class Fmt>
 void register_rows(const uint16_t* xs, const uint8_t* q, const uint16_t* s, float* ys, int64_t rows, int64_t k,
                    int64_t n) {
   switch (rows) {
-    case 1: dot_all<Q8, 1>(q, s, xs, ys, k, n); break;
-    case 2: dot_all<Q8, 2>(q, s, xs, ys, k, n); break;
-    case 3: dot_all<Q8, 3>(q, s, xs, ys, k, n); break;
-    case 4: dot_all<Q8, 4>(q, s, xs, ys, k, n); break;
-    default: dot_all<Q8, 8>(q, s, xs, ys, k, n); break;
+    case 1: dot_all<Fmt, 1>(q, s, xs, ys, k, n); break;
+    case 2: dot_all<Fmt, 2>(q, s, xs, ys, k, n); break;
+    case 3: dot_all<Fmt, 3>(q, s, xs, ys, k, n); break;
+    case 4: dot_all<Fmt, 4>(q, s, xs, ys, k, n); break;
+    default: dot_all<Fmt, 8>(q, s, xs, ys, k, n); break;
   }
 }
 
-template <bool Q8>
+template <class Fmt>
 void multiply(const uint16_t* xs, const uint8_t* q, const uint16_t* s, float* ys, int64_t rows, int64_t k,
               int64_t n, bool amx) {
   // Every row count takes the same path (amx_tiles.h), so a row's bits never depend on how many rows share its
   // call. Tiles cost 1.2-2.3x the registers' time at one row and 0.35-0.46x at 16 (bench/NOTES.md, session
   // 13): which path is the caller's choice (EngineConfig.q4_amx, off by default).
   if (amx && amx_available()) {
-    amx_all<Q8>(xs, q, s, ys, rows, k, n);
+    amx_all<Fmt>(xs, q, s, ys, rows, k, n);
     return;
   }
   // Groups of 8 rows share each expanded block pair (16 in one group measured slower: bench/NOTES.md); a
@@ -219,7 +250,7 @@ void multiply(const uint16_t* xs, const uint8_t* q, const uint16_t* s, float* ys
   for (int64_t done = 0; done < rows;) {
     const int64_t left = rows - done;
     const int64_t group = left >= 8 ? 8 : (left > 4 ? 4 : left);
-    register_rows<Q8>(xs + done * k, q, s, ys + done * n, group, k, n);
+    register_rows<Fmt>(xs + done * k, q, s, ys + done * n, group, k, n);
     done += group;
   }
 }

@@ -60,7 +60,7 @@ def test_int4_linear_multiplies_the_blocks_weights() -> None:
 def test_a_linear_refuses_blocks_of_another_shape() -> None:
     linear = Linear(64, 32, bias=False)
     with pytest.raises(ValueError, match=r"blocks of shape \(32, 32\) for a linear of shape \(32, 64\)"):
-        choose_method(linear.weight.detach(), random_blocks(32, 32, seed=1), LinearPlan(int4=True))
+        choose_method(linear.weight.detach(), [random_blocks(32, 32, seed=1)], LinearPlan(int4=True))
 
 
 PROJECTIONS = {  # fused module -> its checkpoint shards, in the order they are stacked

@@ -175,7 +175,7 @@ def test_the_default_gguf_q8_embedding_is_read_exactly(default_model_dir: Path) 
 
     read = read_blocks(default_gguf_path(), num_heads=9, num_kv_heads=3)
     blocks = read.embedding
-    assert blocks is not None and blocks.levels.shape == (49152, 576)
+    assert isinstance(blocks, Q8Blocks) and blocks.levels.shape == (49152, 576)
     with safe_open(str(default_model_dir / "model.safetensors"), framework="np") as f:
         np.testing.assert_array_equal(blocks.dequantize(), f.get_tensor("model.embed_tokens.weight"))
     assert "model.embed_tokens.weight" not in read.linears  # Q8_0 is not a 4-bit linear
@@ -185,11 +185,11 @@ def test_only_exact_block_pairs_are_taken() -> None:
     blocks = gguf_like_blocks(8, 128, seed=2)
     dense = dense_bf16(blocks)
     assert eligible(blocks) and not eligible(gguf_like_blocks(8, 96, seed=2))
-    assert matches(blocks, dense)
+    assert matches([blocks], dense)
     off_by_one_step = dense.clone()
     off_by_one_step.view(torch.int16)[3, 5] += 1
-    assert not matches(blocks, off_by_one_step)
-    assert not matches(blocks, dense.float())
+    assert not matches([blocks], off_by_one_step)
+    assert not matches([blocks], dense.float())
     # The kernel keeps (d, m) in fp16, as files store them: a scale fp16 cannot hold keeps the packed path.
     blocks.scale[2, 1] = np.float32(1 / 3)
     assert not eligible(blocks)
@@ -213,7 +213,7 @@ def test_a_linear_reads_its_blocks_only_for_small_batches() -> None:
     linear = Linear(128, 64, bias=False).bfloat16()
     linear.weight.data.copy_(dense_bf16(blocks))
     spy = SpyKernel(linear.weight.detach().clone())
-    linear.use(GGUFDecodeMethod(decode_weight(blocks), spy, DENSE))  # type: ignore[arg-type]
+    linear.use(GGUFDecodeMethod([decode_weight(blocks)], spy, DENSE))  # type: ignore[arg-type]
     assert linear.weight.numel() == 64 * 128  # a dense fallback keeps the dense weight
     linear(torch.randn(2, 2, 128).bfloat16())
     larger = torch.randn(5, 128).bfloat16()

@@ -1,0 +1,90 @@
+// The kquant_linear and kquant_dequantize ops: a GGUF's Q4_K, Q5_K and Q6_K rows as the file stores them
+// (formats in kquant_formats.h, the kernels in q4_kernels.h; see q4_decode.py).
+#include <torch/library.h>
+
+#include "kquant_formats.h"
+#include "q4_kernels.h"
+
+namespace mooncake_q4 {
+namespace {
+
+// ggml's type ids, as gguf-py's GGMLQuantizationType numbers them.
+constexpr int64_t kQ4K = 12, kQ5K = 13, kQ6K = 14;
+
+template <class F>
+auto with_format(int64_t kind, F&& f) {
+  switch (kind) {
+    case kQ4K: return f(Q4KFormat{});
+    case kQ5K: return f(Q5KFormat{});
+    case kQ6K: return f(Q6KFormat{});
+  }
+  TORCH_CHECK(false, "not a K-quant type id: ", kind);
+}
+
+// The rows of `raw` ([out, super-blocks * bytes] uint8), checked against the input size k.
+int64_t checked_rows(const at::Tensor& raw, int64_t kind, int64_t k) {
+  TORCH_CHECK(raw.dim() == 2 && raw.scalar_type() == at::kByte && raw.is_contiguous(),
+              "raw must be contiguous uint8 [out, bytes per row]");
+  TORCH_CHECK(k > 0 && k % 256 == 0 && k / 16 <= kMaxDm, "input size must be a multiple of 256, at most ",
+              kMaxDm * 16, ", got ", k);
+  const int64_t row_bytes = with_format(kind, [&](auto format) { return decltype(format)::row_bytes(k); });
+  TORCH_CHECK(raw.size(1) == row_bytes, "rows of ", raw.size(1), " bytes do not hold ", k, " weights");
+  return raw.size(0);
+}
+
+at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kind,
+                         const c10::optional<at::Tensor>& bias, bool amx) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "x must be 2-D bf16");
+  const int64_t rows = x.size(0), k = x.size(1);
+  const int64_t n = checked_rows(raw, kind, k);
+  TORCH_CHECK(rows >= 1 && rows <= max_rows(amx), "1 to ", max_rows(amx), " rows, got ", rows);
+  auto xc = x.contiguous();
+  auto y = at::empty({rows, n}, x.options().dtype(at::kFloat));
+  const auto* xs = reinterpret_cast<const uint16_t*>(xc.data_ptr());
+  const auto* q = raw.data_ptr<uint8_t>();
+  with_format(kind, [&](auto format) {
+    multiply<decltype(format)>(xs, q, nullptr, y.data_ptr<float>(), rows, k, n, amx);
+    return 0;
+  });
+  if (bias.has_value() && bias->defined()) y.add_(bias->to(at::kFloat));
+  return y.to(at::kBFloat16);
+}
+
+// The bf16 weights [out, k] the kernels multiply with: gguf-py's dequantization rounded once to bf16.
+at::Tensor kquant_dequantize(const at::Tensor& raw, int64_t kind, int64_t k) {
+  const int64_t n = checked_rows(raw, kind, k);
+  auto out = at::empty({n, k}, raw.options().dtype(at::kBFloat16));
+  auto* dst = reinterpret_cast<uint16_t*>(out.data_ptr());
+  const auto* src = raw.data_ptr<uint8_t>();
+  with_format(kind, [&](auto format) {
+    using Format = decltype(format);
+    at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+      std::vector<float> scales(k / 16);
+      for (int64_t row = begin; row < end; ++row) {
+        const uint8_t* bytes = src + row * Format::row_bytes(k);
+        Format::row_scales(bytes, nullptr, scales.data(), k);
+        for (int64_t b = 0; b < k / 32; b += 2) {
+          __m512i wa, wb;
+          Format::expand(bytes, b, scales.data() + b * 2, &wa, &wb);
+          _mm512_storeu_si512(dst + row * k + b * 32, wa);
+          _mm512_storeu_si512(dst + row * k + b * 32 + 32, wb);
+        }
+      }
+    });
+    return 0;
+  });
+  return out;
+}
+
+}  // namespace
+}  // namespace mooncake_q4
+
+TORCH_LIBRARY_FRAGMENT(mooncake_q4, m) {
+  m.def("kquant_linear(Tensor x, Tensor raw, int kind, Tensor? bias, bool amx) -> Tensor");
+  m.def("kquant_dequantize(Tensor raw, int kind, int k) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(mooncake_q4, CPU, m) {
+  m.impl("kquant_linear", &mooncake_q4::kquant_linear);
+  m.impl("kquant_dequantize", &mooncake_q4::kquant_dequantize);
+}

@@ -1,0 +1,102 @@
+"""End to end: the bundled model requantized to Q4_K_M's mix of types, served by the engine in bf16 with
+its K-quant and Q8_0 blocks read as stored, answers greedily as transformers does in bf16 with the same
+weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf.constants import GGMLQuantizationType
+from gguf.quants import dequantize
+from transformers import AutoModelForCausalLM
+
+from inference import SamplingParams
+from inference.models import kernel_build
+from inference.models.gguf_convert import ensure_converted
+from inference.models.layers import Linear
+from inference.models.linear_method import GGUFDecodeMethod
+from inference.models.loader import LoadedModel, default_gguf_path, load_model
+from inference.models.q4_decode import DecodeWeight, KQuantWeight
+from tests.inference.kquant_files import quantize_q4_k, quantize_q6_k, requantize_q4_k_m
+from tests.inference.real_model import make_engine, prompts
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the block kernels need AVX512-BF16"),
+]
+
+TOKENS = 16
+
+
+@pytest.mark.parametrize(("kind", "quantizer"), [("Q4_K", quantize_q4_k), ("Q6_K", quantize_q6_k)])
+def test_the_tests_quantizer_writes_blocks_gguf_py_reads_back(kind: str, quantizer: object) -> None:
+    weights = np.random.default_rng(0).normal(0, 0.05, (6, 512)).astype(np.float32)
+    raw = quantizer(weights)  # type: ignore[operator]
+    back = dequantize(raw, GGMLQuantizationType[kind]).reshape(weights.shape)
+    step = np.abs(weights).max() / (7 if kind == "Q4_K" else 31)
+    assert np.abs(back - weights).max() <= step
+
+
+@pytest.fixture(scope="module")
+def q4_k_m_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("q4_k_m") / "smollm2-135m-q4_k_m.gguf"
+    counts = requantize_q4_k_m(default_gguf_path(), target)
+    # 576-wide rows are not whole super-blocks: only ffn_down (1536 wide) can be a K-quant in this model.
+    assert counts == {"F32": 61, "Q8_0": 181, "Q4_K": 16, "Q6_K": 14}, counts
+    return target
+
+
+@pytest.fixture(scope="module")
+def q4_k_m(q4_k_m_file: Path, test_cache_dir: Path) -> LoadedModel:
+    return load_model(str(q4_k_m_file), dtype="bfloat16", device="cpu", cache_dir=test_cache_dir)
+
+
+def greedy(loaded: LoadedModel) -> list[list[int]]:
+    engine = make_engine(loaded, dtype="bfloat16", max_model_len=1024, kv_cache_memory_bytes=64 << 20)
+    params = SamplingParams(temperature=0.0, max_tokens=TOKENS, ignore_eos=True)
+    return [list(out.outputs[0].token_ids) for out in engine.generate(prompts(loaded.tokenizer), params)]
+
+
+@torch.inference_mode()
+def transformers_bf16(model_dir: Path, all_prompts: list[list[int]]) -> list[list[int]]:
+    """transformers' own bf16 model over the same dequantized weights, greedy, never stopping early."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+    model.generation_config.eos_token_id = None  # as ignore_eos: an EOS pick is a token like any other
+    replies = []
+    for prompt in all_prompts:
+        ids = torch.tensor([prompt])
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=TOKENS, pad_token_id=0
+        )
+        replies.append(out[0, len(prompt) :].tolist())
+    return replies
+
+
+@torch.inference_mode()
+def test_a_q4_k_m_file_reads_its_blocks_as_stored_and_answers_like_its_bf16_reference(
+    q4_k_m: LoadedModel, q4_k_m_file: Path, test_cache_dir: Path
+) -> None:
+    """Every projection reads its file blocks for decode (Q4_K or Q6_K down projections, Q8_0 for the
+    rest); the 8 prompts' (4 plain, 4 chat-templated) first 16 greedy tokens match transformers' bf16 model
+    of the same weights on at least 6. Measured: 6 of 8 (the others part at tokens 11 and 14, near-ties of
+    bf16 rounding: our own dense bf16 path agrees with transformers on 7)."""
+    methods = {name: m.method for name, m in q4_k_m.model.named_modules() if isinstance(m, Linear)}
+    assert len(methods) == 30 * 4 and all(isinstance(m, GGUFDecodeMethod) for m in methods.values())
+    kquant = {
+        name: part.type_id
+        for name, method in methods.items()
+        for part in method.parts  # type: ignore[attr-defined]
+        if isinstance(part, KQuantWeight)
+    }
+    assert set(kquant) == {f"model.layers.{i}.mlp.down_proj" for i in range(30)}
+    assert sorted(set(kquant.values())) == [12, 14]  # Q4_K and Q6_K
+    q8 = methods["model.layers.0.self_attn.qkv_proj"].parts  # type: ignore[attr-defined]
+    assert len(q8) == 1 and isinstance(q8[0], DecodeWeight) and q8[0].levels.dtype == torch.int8
+    all_prompts = prompts(q4_k_m.tokenizer)
+    ours = greedy(q4_k_m)
+    reference = transformers_bf16(ensure_converted(q4_k_m_file, test_cache_dir), all_prompts)
+    agree = sum(a == b for a, b in zip(ours, reference, strict=True))
+    assert agree >= 6, f"{agree}/8 prompts agree with transformers in bf16 for {TOKENS} tokens"
