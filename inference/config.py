@@ -109,6 +109,10 @@ class EngineConfig:
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: every core we may run on
     q4_decode: bool = True  # bf16 CPU models from a GGUF read small decode batches from its Q4 blocks
     q4_amx: bool = False  # that kernel on AMX tiles at every row count (else registers; both invariant)
+    # Keep a dense bf16 copy of the projections a GGUF stores in blocks the kernels read (2 bytes per weight
+    # more), which prompts and batches past 16 rows then multiply with. None: only where the CPU lacks AMX
+    # (there the blocks' batch path runs in registers, several times slower than oneDNN's dense kernels).
+    gguf_dense_copy: bool | None = None
     kernel_compiler: str = "c++"  # compiles that kernel when it was not built at install time
     # Folders a model source must really (symlinks followed) lie in at load; None: anywhere. "default"
     # (the bundled model) is always allowed.
@@ -137,6 +141,10 @@ class EngineConfig:
         if self.speculative is not None and self.engine_type != "native":
             raise ValueError(
                 f"speculative applies to engine type 'native' only (type is {self.engine_type!r})"
+            )
+        if self.gguf_dense_copy not in (None, True, False):
+            raise ValueError(
+                f"gguf_dense_copy must be true, false or null (auto), got {self.gguf_dense_copy!r}"
             )
         if self.async_scheduling not in (None, True, False):
             raise ValueError(

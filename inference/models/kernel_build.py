@@ -39,7 +39,13 @@ SOURCES = [
     CSRC / "tile_linear.cpp",
     CSRC / "kquant_linear.cpp",
 ]
-HEADERS = [CSRC / "q4_kernels.h", CSRC / "kquant_formats.h", CSRC / "bf16_lanes.h", CSRC / "amx_tiles.h"]
+HEADERS = [
+    CSRC / "q4_kernels.h",
+    CSRC / "block_gemm.h",
+    CSRC / "kquant_formats.h",
+    CSRC / "bf16_lanes.h",
+    CSRC / "amx_tiles.h",
+]
 _FLAGS = [
     "-O3",
     "-fopenmp",

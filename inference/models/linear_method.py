@@ -117,19 +117,20 @@ def blocks_for_small_batches(allowed: bool) -> Iterator[None]:
 
 
 class GGUFDecodeMethod(LinearMethod):
-    """Batches of up to kernel.max_rows rows read the GGUF's blocks (q4_decode.py); larger ones, prefill
-    among them, go to `fallback` (the tiled or packed bf16 weights), where the blocks' kernel is no faster.
-    A fused projection whose shards the file stores in different types holds one part per type, row after
-    row; each output row's sum is the same either way."""
+    """Decoding batches of up to kernel.max_rows rows read the GGUF's blocks (q4_decode.py). Larger ones,
+    prompt chunks among them, go to `fallback` where the model keeps a dense bf16 copy (the tiled or packed
+    weights), else through the blocks too, on the kernel's batch path: then the blocks are the layer's only
+    copy of its weights. A fused projection whose shards the file stores in different types holds one part
+    per type, row after row; each output row's sum is the same either way."""
 
     name = "gguf-decode"
 
-    def __init__(self, parts: Sequence[BlockWeight], kernel: Q4Kernel, fallback: LinearMethod) -> None:
+    def __init__(self, parts: Sequence[BlockWeight], kernel: Q4Kernel, fallback: LinearMethod | None) -> None:
         self.parts, self.kernel, self.fallback = list(parts), kernel, fallback
 
     @property
     def keeps_dense(self) -> bool:
-        return self.fallback.keeps_dense
+        return self.fallback is not None and self.fallback.keeps_dense
 
     def q4_weight(self) -> DecodeWeight | None:
         """The one Q4_0/Q4_1 matrix, where that is all this layer holds (the fused decode layers take it)."""
@@ -139,19 +140,32 @@ class GGUFDecodeMethod(LinearMethod):
         return None
 
     def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        multiply = self.kernel.linear
         if not (x.numel() <= self.kernel.max_rows * x.shape[-1] and _blocks_allowed.get()):
-            return self.fallback.apply(x, weight, bias)
+            if self.fallback is not None:
+                return self.fallback.apply(x, weight, bias)
+            multiply = self.kernel.batch_linear
         if len(self.parts) == 1:
-            return self.kernel.linear(x, self.parts[0], bias)
+            return multiply(x, self.parts[0], bias)
         outs, start = [], 0
         for part in self.parts:
             stop = start + part.out_features
-            outs.append(self.kernel.linear(x, part, None if bias is None else bias[start:stop]))
+            outs.append(multiply(x, part, None if bias is None else bias[start:stop]))
             start = stop
         return torch.cat(outs, dim=-1)
 
     def nbytes(self) -> int:
-        return sum(part.nbytes() for part in self.parts) + self.fallback.nbytes()
+        fallback = self.fallback.nbytes() if self.fallback is not None else 0
+        return sum(part.nbytes() for part in self.parts) + fallback
+
+
+class GGUFBlocksMethod(GGUFDecodeMethod):
+    """GGUFDecodeMethod with no dense copy: every batch reads the blocks."""
+
+    name = "gguf-blocks"
+
+    def __init__(self, parts: Sequence[BlockWeight], kernel: Q4Kernel) -> None:
+        super().__init__(parts, kernel, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +176,7 @@ class LinearPlan:
     tiles: bool = False  # dense bf16 weights through our AMX tile kernel instead (CPUs with AMX)
     int4: bool = False  # quantization="gguf": Q4_0/Q4_1 projections in torch's int4 layout
     kernel: Q4Kernel | None = None  # small batches may read a GGUF's blocks through this kernel
+    dense_copy: bool = True  # with a kernel: keep the dense bf16 weights for larger batches and prompts
 
 
 def choose_method(
@@ -177,12 +192,19 @@ def choose_method(
     q4 = [s for s in shards or () if isinstance(s, Q4Blocks)]
     if plan.int4 and q4 and len(q4) == len(shards or ()):
         return Int4Method(pack_int4(Q4Blocks.stack(q4)))
-    fallback: LinearMethod = DENSE
+    # Only where the blocks are bit for bit the dense weights: decoding through them changes speed, never
+    # outputs (the batch path that replaces a dropped dense copy sums in its own fixed order).
+    blocks_read = plan.kernel is not None and bool(shards) and all(map(eligible, shards or ()))
+    if plan.kernel is not None and shards and blocks_read and matches(shards, dense):
+        if plan.dense_copy:
+            return GGUFDecodeMethod(decode_weights(shards), plan.kernel, _dense_method(dense, plan))
+        return GGUFBlocksMethod(decode_weights(shards), plan.kernel)
+    return _dense_method(dense, plan)
+
+
+def _dense_method(dense: torch.Tensor, plan: LinearPlan) -> LinearMethod:
     if plan.tiles:
-        fallback = TileMethod(pack_tiles(dense))
-    elif plan.pack:
-        fallback = PackedMethod(pack_weight(dense))
-    # Only where the blocks are bit for bit the dense weights: the path changes speed, never outputs.
-    if plan.kernel is not None and shards and all(map(eligible, shards)) and matches(shards, dense):
-        return GGUFDecodeMethod(decode_weights(shards), plan.kernel, fallback)
-    return fallback
+        return TileMethod(pack_tiles(dense))
+    if plan.pack:
+        return PackedMethod(pack_weight(dense))
+    return DENSE

@@ -130,6 +130,7 @@ def load_from_config(config: EngineConfig) -> LoadedModel:
         cache_dir=Path(config.cache_dir) if config.cache_dir else None,
         q4_decode=config.q4_decode,
         q4_amx=config.q4_amx,
+        gguf_dense_copy=config.gguf_dense_copy,
         kernel_compiler=config.kernel_compiler,
         model_roots=config.model_roots,
     )
@@ -144,13 +145,15 @@ def load_model(
     quantization: str = "none",
     q4_decode: bool = True,
     q4_amx: bool = False,
+    gguf_dense_copy: bool | None = None,
     kernel_compiler: str = "c++",
     model_roots: Sequence[str] | None = None,
 ) -> LoadedModel:
     """Load `source` ("default", a HF directory or a .gguf) with our own model implementation.
 
     quantization="gguf" keeps a GGUF's Q4_0/Q4_1 projections 4-bit (CPU, bf16 activations); otherwise a
-    bf16 CPU model from a GGUF reads small batches from its blocks (q4_decode, q4_amx: q4_decode.py).
+    bf16 CPU model from a GGUF reads small batches from its blocks (q4_decode, q4_amx: q4_decode.py), and
+    larger ones too unless it keeps a dense bf16 copy of them (gguf_dense_copy; None: where there is no AMX).
     cache_dir (default ./var/cache) holds converted GGUFs and the compiled kernel; model_roots (None:
     anywhere) confines where the source may live.
     """
@@ -187,7 +190,9 @@ def load_model(
     )
     pack = torch_device.type == "cpu" and packing_supported(torch_dtype)
     tiles = pack and load_tiles(cache_dir or DEFAULT_CACHE_DIR, compiler=kernel_compiler)
-    plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel)
+    # Without AMX tiles the blocks' batch path runs in registers, far slower than oneDNN's dense kernels.
+    copy = gguf_dense_copy if gguf_dense_copy is not None else not tiles
+    plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel, dense_copy=copy)
     _use_linear_methods(model, plan, path, hf_config)
     loaded = LoadedModel(
         model=model,

@@ -158,13 +158,24 @@ class Q4Kernel:
     max_rows: int  # 16 on either path
 
     def linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
-        """x [..., in] bf16 with at most max_rows rows -> [..., out] bf16."""
-        flat = x.reshape(-1, x.shape[-1])
-        if isinstance(weight, KQuantWeight):
-            out = torch.ops.mooncake_q4.kquant_linear(flat, weight.raw, weight.type_id, bias, self.amx)
-        else:
-            out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias, self.amx)
-        return out.view(*x.shape[:-1], out.shape[-1])
+        """x [..., in] bf16 with at most max_rows rows (decoding) -> [..., out] bf16."""
+        return _linear(x, weight, bias, amx=self.amx, batch=False)
+
+    def batch_linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
+        """Any number of rows (prompt chunks, large batches) -> [..., out] bf16: AMX tiles wherever the CPU
+        has them, whatever `amx` says (every prompt row takes one path), else registers."""
+        return _linear(x, weight, bias, amx=True, batch=True)
+
+
+def _linear(
+    x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None, *, amx: bool, batch: bool
+) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1])
+    if isinstance(weight, KQuantWeight):
+        out = torch.ops.mooncake_q4.kquant_linear(flat, weight.raw, weight.type_id, bias, amx, batch)
+    else:
+        out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias, amx, batch)
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 _lock = threading.Lock()

@@ -3,7 +3,7 @@
 #include <torch/library.h>
 
 #include "kquant_formats.h"
-#include "q4_kernels.h"
+#include "block_gemm.h"
 
 namespace mooncake_q4 {
 namespace {
@@ -33,21 +33,17 @@ int64_t checked_rows(const at::Tensor& raw, int64_t kind, int64_t k) {
 }
 
 at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kind,
-                         const c10::optional<at::Tensor>& bias, bool amx) {
+                         const c10::optional<at::Tensor>& bias, bool amx, bool batch) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "x must be 2-D bf16");
   const int64_t rows = x.size(0), k = x.size(1);
   const int64_t n = checked_rows(raw, kind, k);
-  TORCH_CHECK(rows >= 1 && rows <= max_rows(amx), "1 to ", max_rows(amx), " rows, got ", rows);
+  TORCH_CHECK(rows >= 1 && (batch || rows <= max_rows(amx)), "1 to ", max_rows(amx), " rows, got ", rows);
   auto xc = x.contiguous();
-  auto y = at::empty({rows, n}, x.options().dtype(at::kFloat));
   const auto* xs = reinterpret_cast<const uint16_t*>(xc.data_ptr());
   const auto* q = raw.data_ptr<uint8_t>();
-  with_format(kind, [&](auto format) {
-    multiply<decltype(format)>(xs, q, nullptr, y.data_ptr<float>(), rows, k, n, amx);
-    return 0;
+  return with_format(kind, [&](auto format) {
+    return linear_rows<decltype(format)>(xc, xs, q, nullptr, bias, n, amx, batch);
   });
-  if (bias.has_value() && bias->defined()) y.add_(bias->to(at::kFloat));
-  return y.to(at::kBFloat16);
 }
 
 // The bf16 weights [out, k] the kernels multiply with: gguf-py's dequantization rounded once to bf16.
@@ -80,7 +76,7 @@ at::Tensor kquant_dequantize(const at::Tensor& raw, int64_t kind, int64_t k) {
 }  // namespace mooncake_q4
 
 TORCH_LIBRARY_FRAGMENT(mooncake_q4, m) {
-  m.def("kquant_linear(Tensor x, Tensor raw, int kind, Tensor? bias, bool amx) -> Tensor");
+  m.def("kquant_linear(Tensor x, Tensor raw, int kind, Tensor? bias, bool amx, bool batch=False) -> Tensor");
   m.def("kquant_dequantize(Tensor raw, int kind, int k) -> Tensor");
 }
 

@@ -13,9 +13,16 @@ from gguf.constants import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
 from inference.models import kernel_build
-from inference.models.gguf_blocks import KQuantBlocks, Q8Blocks, parse_q8_0
+from inference.models.gguf_blocks import KQuantBlocks, Q4Blocks, Q8Blocks, parse_q8_0
 from inference.models.layers import Linear
-from inference.models.linear_method import DENSE, GGUFDecodeMethod, LinearPlan, choose_method
+from inference.models.linear_method import (
+    DENSE,
+    GGUFBlocksMethod,
+    GGUFDecodeMethod,
+    LinearPlan,
+    blocks_for_small_batches,
+    choose_method,
+)
 from inference.models.q4_decode import (
     KQuantWeight,
     Q4Kernel,
@@ -30,6 +37,7 @@ pytestmark = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the ke
 
 KQUANTS = ["Q4_K", "Q5_K", "Q6_K"]
 PATHS = [pytest.param(True, id="tiles"), pytest.param(False, id="registers")]
+AMX = [True, False]
 
 
 @pytest.fixture(scope="module", params=PATHS)
@@ -151,3 +159,59 @@ def test_the_kernel_refuses_rows_that_do_not_hold_whole_super_blocks(kernel: Q4K
         torch.ops.mooncake_q4.kquant_linear(x, torch.from_numpy(blocks.raw), blocks.type_id, None, kernel.amx)
     with pytest.raises(RuntimeError, match="not a K-quant type"):
         torch.ops.mooncake_q4.kquant_dequantize(torch.from_numpy(blocks.raw), 2, 512)
+
+
+def batch_op(x: torch.Tensor, blocks: KQuantBlocks | Q4Blocks, *, amx: bool) -> torch.Tensor:
+    """The batch path (any row count) with tiles allowed or not, whatever this CPU has."""
+    weight = decode_weight(blocks)
+    if isinstance(weight, KQuantWeight):
+        return torch.ops.mooncake_q4.kquant_linear(x, weight.raw, weight.type_id, None, amx, True)
+    return torch.ops.mooncake_q4.q4_linear(x, weight.levels, weight.dm, None, amx, True)
+
+
+def q4_1(out_features: int, in_features: int, seed: int) -> Q4Blocks:
+    rng = np.random.default_rng(seed)
+    groups = in_features // 32
+    return Q4Blocks.from_levels(
+        rng.integers(0, 16, (out_features, in_features), dtype=np.uint8),
+        rng.uniform(0.001, 0.03, (out_features, groups)).astype(np.float16).astype(np.float32),
+        rng.normal(0, 0.1, (out_features, groups)).astype(np.float16).astype(np.float32),
+    )
+
+
+@pytest.mark.parametrize("amx", AMX, ids=["tiles", "registers"])
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K", "Q4_1"])
+def test_the_batch_path_takes_any_row_count_and_a_rows_bits_never_depend_on_it(
+    amx: bool, type_name: str
+) -> None:
+    """Prompt chunks and batches past 16 rows read the blocks too (no dense copy): 1 to 100 rows, each row
+    within one bf16 rounding of the exact product and with the bits it gets in a call of its own, so a
+    prompt's logits do not depend on how it was cut into chunks."""
+    if amx and not cpu_has_amx():
+        pytest.skip("this CPU has no AMX: the tile path cannot run (the register path is checked here)")
+    blocks = q4_1(70, 512, seed=2) if type_name == "Q4_1" else KQuantBlocks.random(type_name, 70, 512, seed=2)
+    dense = torch.from_numpy(blocks.dequantize()).bfloat16()
+    x = torch.randn(100, 512, generator=torch.Generator().manual_seed(3)).bfloat16()
+    full = batch_op(x, blocks, amx=amx)
+    exact = x.double() @ dense.double().T
+    assert torch.all((full.double() - exact).abs() <= exact.abs() * 2**-8 + 1e-5)
+    for start, rows in [(0, 1), (5, 1), (0, 16), (16, 17), (40, 33), (99, 1), (3, 64)]:
+        assert torch.equal(batch_op(x[start : start + rows], blocks, amx=amx), full[start : start + rows])
+
+
+def test_without_a_dense_copy_a_layer_keeps_only_its_blocks(kernel: Q4Kernel) -> None:
+    blocks = KQuantBlocks.random("Q4_K", 48, 512, seed=7)
+    dense = reference_bf16(blocks)
+    linear = Linear(512, 48, bias=True).bfloat16()
+    linear.weight.data.copy_(dense)
+    method = choose_method(dense, [blocks], LinearPlan(kernel=kernel, dense_copy=False))
+    assert isinstance(method, GGUFBlocksMethod) and not method.keeps_dense
+    linear.use(method)
+    assert linear.weight.numel() == 0  # the dense copy is gone: the blocks are the layer's weights
+    assert method.nbytes() == blocks.raw.nbytes
+    x = torch.randn(40, 512, generator=torch.Generator().manual_seed(8)).bfloat16()
+    bias = linear.bias.detach()
+    assert torch.equal(linear(x[:3]), kernel.linear(x[:3], method.parts[0], bias))  # decoding rows
+    assert torch.equal(linear(x), kernel.batch_linear(x, method.parts[0], bias))  # past 16 rows
+    with blocks_for_small_batches(False):  # a step with prompt chunks: the batch path at any row count
+        assert torch.equal(linear(x[:3]), kernel.batch_linear(x[:3], method.parts[0], bias))

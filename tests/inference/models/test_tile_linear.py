@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from inference.models.layers import Linear
-from inference.models.linear_method import GGUFDecodeMethod, LinearPlan, TileMethod, choose_method
+from inference.models.linear_method import (
+    GGUFBlocksMethod,
+    GGUFDecodeMethod,
+    LinearPlan,
+    TileMethod,
+    choose_method,
+)
 from inference.models.loader import load_model
 from inference.models.tile_linear import cpu_has_amx, load_tiles, pack_tiles, tile_linear
 
@@ -97,10 +103,17 @@ def test_a_tiled_linear_drops_the_dense_weight_and_counts_its_copy() -> None:
 def test_bf16_models_take_the_tiles_on_amx(
     tiny_model_dir: Callable[[str], Path], test_cache_dir: Path
 ) -> None:
-    """A bf16 folder model's linears, and the default GGUF's fallbacks past its Q4 kernel's rows, tile."""
+    """A bf16 folder model's linears tile, and so do the default GGUF's fallbacks past its Q4 kernel's rows
+    where it keeps a dense copy (gguf_dense_copy; by default there is none on AMX: the blocks' own batch
+    path takes those rows)."""
     folder = load_model(str(tiny_model_dir("llama-rope-linear-bias")), dtype="bfloat16", device="cpu")
     linears = [m.method for m in folder.model.modules() if isinstance(m, Linear)]
     assert linears and all(isinstance(m, TileMethod) for m in linears)
-    gguf = load_model("default", dtype="bfloat16", device="cpu", cache_dir=test_cache_dir)
+    gguf = load_model(
+        "default", dtype="bfloat16", device="cpu", cache_dir=test_cache_dir, gguf_dense_copy=True
+    )
     methods = [m.method for m in gguf.model.modules() if isinstance(m, Linear)] + [gguf.model.tied_head]
     assert all(isinstance(m, GGUFDecodeMethod) and isinstance(m.fallback, TileMethod) for m in methods)
+    one_copy = load_model("default", dtype="bfloat16", device="cpu", cache_dir=test_cache_dir)
+    methods = [m.method for m in one_copy.model.modules() if isinstance(m, Linear)]
+    assert all(isinstance(m, GGUFBlocksMethod) and m.fallback is None for m in methods)
