@@ -17,6 +17,8 @@ from inference.config import EngineConfig
 from inference.manager.memory_plan import Footprint
 from inference.models.kv_cache import KVBudget, max_model_len_error
 
+BLOCK_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")  # gguf_blocks.py's (kept torch-free here)
+
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Mirrors inference.models.kv_cache's CPU default (kept torch-free here).
 CPU_KV_CAP_BYTES = 2 << 30
@@ -31,6 +33,10 @@ class ModelShape:
     head_dim: int
     context_length: int
     file_bytes: int
+    # A GGUF's tensors in types the CPU block kernels read (q4_decode.py): their bytes in the file, and the
+    # elements of those that are projections (the token embedding stays dense for lookups).
+    block_bytes: int = 0
+    block_params: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,8 @@ class DeviceFacts:
     total_bytes: int  # the GPU's memory, or the machine's RAM
     available_bytes: int  # free now
     auto_dtype_bytes: int
+    block_kernels: bool = False  # the CPU runs the GGUF block kernels (AVX512-BF16)
+    amx: bool = False  # and has AMX tiles (where a model keeps no dense copy by default)
 
 
 def probe_device(device: str = "auto") -> DeviceFacts:
@@ -55,8 +63,11 @@ def probe_device(device: str = "auto") -> DeviceFacts:
         index = torch.device(device if device.startswith("cuda") else "cuda").index or 0
         free, total = torch.cuda.mem_get_info(index)
         return DeviceFacts("cuda", int(total), int(free), 2)  # "auto": bf16 or fp16, 2 bytes either way
+    from inference.models.kernel_build import cpu_supported
+    from inference.models.tile_linear import cpu_has_amx
+
     auto = 2 if fast_bf16_cpu() else 4
-    return DeviceFacts("cpu", int(ram.total), int(ram.available), auto)
+    return DeviceFacts("cpu", int(ram.total), int(ram.available), auto, cpu_supported(), cpu_has_amx())
 
 
 def read_shape(path: Path) -> ModelShape:
@@ -108,8 +119,7 @@ def load_refusal(config: EngineConfig, shape: ModelShape, footprint: Footprint) 
 def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, device: DeviceFacts) -> Footprint:
     """What `config` will take on `device`: weights in its dtype, and its KV cache as the runner sizes it."""
     elem = DTYPE_BYTES.get(config.dtype, device.auto_dtype_bytes)
-    # quantization "gguf" keeps the file's 4-bit blocks as the weights.
-    weights = shape.file_bytes if config.quantization == "gguf" else shape.num_params * elem
+    weights = _weight_bytes(config, shape, device, elem)
     per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * elem
     length = min(config.max_model_len or shape.context_length, shape.context_length)
     one_request = math.ceil(length / config.block_size) * config.block_size * per_token
@@ -135,6 +145,20 @@ def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, devic
     return replace(base, kv_bytes=kv, kv_sequences=config.max_num_seqs)
 
 
+def _weight_bytes(config: EngineConfig, shape: ModelShape, device: DeviceFacts, elem: int) -> int:
+    """quantization "gguf" keeps the file's 4-bit blocks as the weights. A bf16 CPU model from a GGUF keeps
+    the blocks its kernels read, and its other weights in bf16: the block-read projections too where it
+    keeps a dense copy of them (gguf_dense_copy; by default only where the CPU lacks AMX)."""
+    if config.quantization == "gguf":
+        return shape.file_bytes
+    dense = shape.num_params * elem
+    reads_blocks = device.kind == "cpu" and elem == 2 and config.q4_decode and device.block_kernels
+    if not reads_blocks or shape.block_bytes == 0:
+        return dense
+    dense_copy = config.gguf_dense_copy if config.gguf_dense_copy is not None else not device.amx
+    return dense + shape.block_bytes - (0 if dense_copy else shape.block_params * elem)
+
+
 def _gguf_shape(path: Path) -> ModelShape:
     from inference.models.gguf_file import GGUFFile
 
@@ -150,6 +174,15 @@ def _gguf_shape(path: Path) -> ModelShape:
 
     arch = str(reader.field("general.architecture", "llama"))
     heads = field(f"{arch}.attention.head_count")
+    # The tensors gguf_blocks reads; the embedding's only as a tied head (and never a Q4 one).
+    tied = all(t.name != "output.weight" for t in reader.tensors)
+    read = [
+        t
+        for t in reader.tensors
+        if t.type_name in BLOCK_TYPES
+        and len(t.dims) == 2
+        and (t.name != "token_embd.weight" or (tied and t.type_name not in ("Q4_0", "Q4_1")))
+    ]
     head_dim = field(f"{arch}.attention.key_length", field(f"{arch}.embedding_length") // heads)
     return ModelShape(
         num_params=sum(t.n_elements for t in reader.tensors),
@@ -158,6 +191,8 @@ def _gguf_shape(path: Path) -> ModelShape:
         head_dim=head_dim,
         context_length=field(f"{arch}.context_length", 2048),
         file_bytes=path.stat().st_size,
+        block_bytes=sum(t.data.nbytes for t in read),
+        block_params=sum(t.n_elements for t in read if t.name != "token_embd.weight"),
     )
 
 

@@ -18,7 +18,7 @@ from inference.models.attention.base import AttentionBackend
 from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks
 from inference.models.kv_cache import KVCacheSpec
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
-from inference.models.linear_method import DENSE, LinearMethod, LinearPlan, choose_method
+from inference.models.linear_method import DENSE, GGUFBlocksMethod, LinearMethod, LinearPlan, choose_method
 from inference.models.rotary import RotaryEmbedding, apply_rotary
 
 
@@ -181,8 +181,9 @@ class DecoderForCausalLM(nn.Module):
         """Give every projection and the head its LinearMethod (call once, after the weights are loaded);
         returns how many took each method, by name."""
         counts: Counter[str] = Counter()
-        for module, stacked in self._projections(blocks.linears if blocks is not None else {}):
-            module.use(choose_method(module.weight.detach(), stacked, plan))
+        for module, stacked in self.projection_blocks(blocks.linears if blocks is not None else {}):
+            if not isinstance(module.method, GGUFBlocksMethod):  # (those were loaded as blocks alone)
+                module.use(choose_method(module.weight.detach(), stacked, plan))
             counts[module.method.name] += 1
         if self.lm_head is None:
             embedding = blocks.embedding if blocks is not None else None
@@ -191,7 +192,7 @@ class DecoderForCausalLM(nn.Module):
             counts[self.tied_head.name] += 1
         return counts
 
-    def _projections(
+    def projection_blocks(
         self, blocks: dict[str, BlockMatrix]
     ) -> Iterator[tuple[Linear, list[BlockMatrix] | None]]:
         """Each projection, with its checkpoint weights' blocks (all shards of a fused one, stacked in the

@@ -19,7 +19,8 @@ from inference.config import EngineConfig
 from inference.config_groups import QUANTIZATIONS
 from inference.device import resolve_device, resolve_dtype
 from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class
-from inference.models.gguf_blocks import read_blocks
+from inference.models.block_loading import BlockOnlyLoad, BlocksDisagree
+from inference.models.gguf_blocks import GGUFBlocks, read_blocks
 from inference.models.gguf_convert import ensure_converted
 from inference.models.int4 import int4_supported
 from inference.models.linear_method import LinearPlan
@@ -172,14 +173,6 @@ def load_model(
     if quantization == "gguf":
         _check_gguf_int4(path, torch_device, torch_dtype)
 
-    with torch.device("meta"):
-        model = model_cls(hf_config)
-    # Cast while still on meta, then materialize on the target device in the final dtype: no throwaway
-    # random init and no transient fp32 copy of a model that should only ever be bf16 on the GPU.
-    model = model.to(torch_dtype).to_empty(device=torch_device)
-    load_weights(model, model_dir)
-    model.eval()
-    num_params = sum(p.numel() for p in model.parameters())
     kernel = _decode_kernel(
         cache,
         torch_device,
@@ -193,7 +186,40 @@ def load_model(
     # Without AMX tiles the blocks' batch path runs in registers, far slower than oneDNN's dense kernels.
     copy = gguf_dense_copy if gguf_dense_copy is not None else not tiles
     plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel, dense_copy=copy)
-    _use_linear_methods(model, plan, path, hf_config)
+    blocks = None
+    if path.is_file() and (plan.int4 or kernel is not None):
+        heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
+        blocks = read_blocks(path, num_heads=heads, num_kv_heads=kv_heads)
+
+    with torch.device("meta"):
+        model = model_cls(hf_config)
+    num_params = sum(p.numel() for p in model.parameters())
+    block_only = None
+    if kernel is not None and blocks is not None and not plan.dense_copy:
+        block_only = BlockOnlyLoad.plan(model, blocks)
+        block_only.drop_dense(model)  # those projections are never held dense, even while loading
+    # Cast while still on meta, then materialize on the target device in the final dtype: no throwaway
+    # random init and no transient fp32 copy of a model that should only ever be bf16 on the GPU.
+    model = model.to(torch_dtype).to_empty(device=torch_device)
+    try:
+        load_weights(model, model_dir, blocks=block_only)
+    except BlocksDisagree as exc:
+        logger.error("%s; loading %s again with a dense bf16 copy of its projections", exc, path.name)
+        return load_model(
+            source,
+            dtype=dtype,
+            device=device,
+            cache_dir=cache_dir,
+            q4_decode=q4_decode,
+            q4_amx=q4_amx,
+            gguf_dense_copy=True,
+            kernel_compiler=kernel_compiler,
+            model_roots=model_roots,
+        )
+    model.eval()
+    if block_only is not None and kernel is not None:
+        block_only.attach(model, kernel)
+    _use_linear_methods(model, plan, path, blocks)
     loaded = LoadedModel(
         model=model,
         hf_config=hf_config,
@@ -240,13 +266,9 @@ def _decode_kernel(
 
 
 def _use_linear_methods(
-    model: DecoderForCausalLM, plan: LinearPlan, path: Path, hf_config: PretrainedConfig
+    model: DecoderForCausalLM, plan: LinearPlan, path: Path, blocks: GGUFBlocks | None
 ) -> None:
     """One LinearMethod per layer (linear_method.py), from the plan and the file's blocks."""
-    blocks = None
-    if path.is_file() and (plan.int4 or plan.kernel is not None):
-        heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
-        blocks = read_blocks(path, num_heads=heads, num_kv_heads=kv_heads)
     counts = model.use_linear_methods(plan, blocks)
     if plan.int4 and counts["int4"] == 0:
         raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")

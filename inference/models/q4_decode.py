@@ -128,10 +128,10 @@ def matches(shards: Sequence[BlockMatrix], dense: torch.Tensor) -> bool:
         return False
     if any(s.shape[1] != shape[1] for s in shards):
         return False
-    return torch.equal(torch.cat([_dequantized_bf16(s) for s in shards]), dense)
+    return torch.equal(torch.cat([dequantized_bf16(s) for s in shards]), dense)
 
 
-def _dequantized_bf16(blocks: BlockMatrix) -> torch.Tensor:
+def dequantized_bf16(blocks: BlockMatrix) -> torch.Tensor:
     """blocks.dequantize() rounded to bf16, the same fp32 product and sum computed by torch or by the kernels'
     own expansion (on every core; numpy's one thread made this check a third of a server's model load)."""
     out_features, in_features = blocks.shape

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
 
+from inference.models.block_loading import BlockOnlyLoad
 from inference.models.decoder import DecoderForCausalLM
 from inference.models.layers import ShardedLinear
 
@@ -14,8 +17,9 @@ from inference.models.layers import ShardedLinear
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def load_weights(model: DecoderForCausalLM, model_dir: Path) -> None:
-    """Copy every checkpoint tensor into `model`; raise ValueError on unknown or missing weights."""
+def load_weights(model: DecoderForCausalLM, model_dir: Path, *, blocks: BlockOnlyLoad | None = None) -> None:
+    """Copy every checkpoint tensor into `model`; raise ValueError on unknown or missing weights. The
+    projections `blocks` plans have no dense weight: their tensors are only checked against the blocks."""
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise ValueError(f"no *.safetensors files in {model_dir}")
@@ -24,6 +28,8 @@ def load_weights(model: DecoderForCausalLM, model_dir: Path) -> None:
     # A fused parameter is complete only when each of its shards was copied, so track (param, shard) pairs.
     pending: set[tuple[str, str]] = set()
     for name in params:
+        if blocks is not None and name.rpartition(".")[0] in blocks.shards:
+            continue
         owner = modules[name.rpartition(".")[0]]
         shards = owner.shard_offsets if isinstance(owner, ShardedLinear) else {"": None}
         pending.update((name, shard) for shard in shards)
@@ -34,10 +40,17 @@ def load_weights(model: DecoderForCausalLM, model_dir: Path) -> None:
                     continue
                 if name == "lm_head.weight" and model.lm_head is None:
                     continue  # tied: the embedding serves as lm_head
+                if blocks is not None and blocks.takes(name, _row_reader(f, name)):
+                    continue
                 pending.discard(_load_one(name, f.get_tensor(name), params, modules, model))
     if pending:
         missing = sorted({name for name, _ in pending})
         raise ValueError(f"checkpoint in {model_dir} is missing weights: {', '.join(missing[:8])}")
+
+
+def _row_reader(handle: Any, name: str) -> Callable[[int, int], torch.Tensor]:
+    """Rows [start, stop) of one checkpoint tensor, read alone from the memory-mapped file."""
+    return lambda start, stop: handle.get_slice(name)[start:stop]
 
 
 def _load_one(

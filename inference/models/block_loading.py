@@ -1,0 +1,92 @@
+"""Loading a GGUF's block-read projections without ever holding their dense bf16 weights.
+
+Where a model keeps no dense copy (gguf_dense_copy off), each projection whose shards the file stores in
+types the kernels read gets no dense parameter at all: its weight stays empty while the model is
+materialized, and the converted checkpoint's tensors for it are only sampled (rows at the start, middle
+and end) and compared bit for bit with the blocks' own bf16 expansion, as `matches` compares a layer that
+keeps its dense copy. So loading needs the blocks, the other weights (embedding, norms) and one expanded
+tensor at a time, not the whole dense model. A disagreement (which would be a kernel bug) raises
+BlocksDisagree: the loader then loads again with the dense copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from inference.models.decoder import DecoderForCausalLM
+from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks
+from inference.models.layers import Linear
+from inference.models.linear_method import GGUFBlocksMethod
+from inference.models.q4_decode import Q4Kernel, decode_weights, dequantized_bf16, eligible
+
+
+class BlocksDisagree(ValueError):
+    """A checkpoint tensor is not bit for bit its blocks' expansion."""
+
+
+@dataclass
+class BlockOnlyLoad:
+    """The projections of one load that take their blocks only, by module name."""
+
+    shards: dict[str, list[BlockMatrix]]
+    sources: dict[str, BlockMatrix] = field(default_factory=dict)  # checkpoint tensor name -> its blocks
+    checked: set[str] = field(default_factory=set)
+
+    @classmethod
+    def plan(cls, model: DecoderForCausalLM, blocks: GGUFBlocks) -> BlockOnlyLoad:
+        """Every projection whose shards are all in the file in types the kernels read (call on meta)."""
+        names = {module: name for name, module in model.named_modules()}
+        shards: dict[str, list[BlockMatrix]] = {}
+        for module, stacked in model.projection_blocks(blocks.linears):
+            if stacked and all(map(eligible, stacked)):
+                shards[names[module]] = stacked
+        sources = {
+            source: block
+            for source, block in blocks.linears.items()
+            if any(block is s for stacked in shards.values() for s in stacked)
+        }
+        return cls(shards, sources)
+
+    def drop_dense(self, model: DecoderForCausalLM) -> None:
+        """Give each planned projection an empty weight before the model is materialized."""
+        for name in self.shards:
+            linear = _linear(model, name)
+            empty = torch.empty(0, dtype=linear.weight.dtype, device="meta")
+            linear.weight = nn.Parameter(empty, requires_grad=False)
+
+    def takes(self, name: str, rows: Callable[[int, int], torch.Tensor]) -> bool:
+        """For load_weights: whether checkpoint tensor `name` belongs to a planned projection, checked
+        against its blocks (raises BlocksDisagree where it is not their expansion). `rows(start, stop)`
+        reads those rows of the checkpoint tensor: only pairs at its start, middle and end are read, so the
+        dense checkpoint is barely touched (a row permutation, or an expansion that differs, shows there;
+        the kernel's expansion of every type was checked against gguf-py when it loaded)."""
+        blocks = self.sources.get(name)
+        if blocks is None:
+            return False
+        expanded = dequantized_bf16(blocks)
+        count = expanded.shape[0]
+        for start in sorted({0, max(count // 2 - 1, 0), max(count - 2, 0)}):
+            stop = min(start + 2, count)
+            if not torch.equal(expanded[start:stop], rows(start, stop).to(torch.bfloat16)):
+                raise BlocksDisagree(f"{name}: the file's blocks do not expand to the checkpoint's weights")
+        self.checked.add(name)
+        return True
+
+    def attach(self, model: DecoderForCausalLM, kernel: Q4Kernel) -> None:
+        """Each planned projection reads its blocks from now on (call after load_weights)."""
+        missing = sorted(set(self.sources) - self.checked)
+        if missing:
+            raise ValueError(f"checkpoint is missing weights: {', '.join(missing[:8])}")
+        for name, stacked in self.shards.items():
+            _linear(model, name).use(GGUFBlocksMethod(decode_weights(stacked), kernel))
+
+
+def _linear(model: DecoderForCausalLM, name: str) -> Linear:
+    module = model.get_submodule(name)
+    if not isinstance(module, Linear):
+        raise TypeError(f"{name} is not a Linear")
+    return module

@@ -1,0 +1,63 @@
+"""The memory a model is planned with, read from its file's headers: a GGUF on a bf16 CPU holds the blocks
+its kernels read, and its projections' dense bf16 copy only where it keeps one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+from inference import EngineConfig
+from inference.manager.footprint import BLOCK_TYPES, DeviceFacts, estimate, probe_device, read_shape
+from inference.models.gguf_blocks import KQUANT_BYTES
+from inference.models.gguf_file import GGUFFile
+from inference.models.loader import default_gguf_path, load_model
+from inference.models.q4_decode import load_kernel
+
+
+def cpu(*, block_kernels: bool = False, amx: bool = False) -> DeviceFacts:
+    return DeviceFacts("cpu", 64 << 30, 32 << 30, 2, block_kernels=block_kernels, amx=amx)
+
+
+def weights(device: DeviceFacts, **config: object) -> int:
+    shape = read_shape(default_gguf_path())
+    return estimate(
+        "m", "m", EngineConfig(dtype="bfloat16", device="cpu", **config), shape, device
+    ).weights_bytes
+
+
+def test_the_block_types_are_the_ones_the_loader_reads() -> None:
+    assert set(BLOCK_TYPES) == {"Q4_0", "Q4_1", "Q8_0", *KQUANT_BYTES}
+
+
+def test_the_bundled_gguf_is_planned_as_its_blocks_plus_its_bf16_embedding() -> None:
+    shape = read_shape(default_gguf_path())
+    tensors = {t.name: t for t in GGUFFile(default_gguf_path()).tensors}
+    embedding = tensors["token_embd.weight"]
+    # 30 layers of Q4_1 projections, and the Q8_0 embedding as the tied head's blocks.
+    assert shape.block_params == shape.num_params - embedding.n_elements - sum(
+        t.n_elements for t in tensors.values() if t.type_name == "F32"
+    )
+    one_copy = weights(cpu(block_kernels=True, amx=True))
+    assert one_copy == (shape.num_params - shape.block_params) * 2 + shape.block_bytes
+    assert one_copy < shape.file_bytes + embedding.n_elements * 2 + (1 << 20)
+    with_copy = weights(cpu(block_kernels=True, amx=True), gguf_dense_copy=True)
+    assert with_copy == shape.num_params * 2 + shape.block_bytes
+    no_amx = weights(cpu(block_kernels=True))
+    assert no_amx == with_copy  # without AMX the dense copy is kept by default
+    no_kernels = weights(cpu())
+    assert no_kernels == shape.num_params * 2
+
+
+@pytest.mark.slow
+def test_the_plan_matches_what_the_loaded_model_holds(test_cache_dir: Path) -> None:
+    """The estimate for this machine against the weights the loader really keeps (within 2%: the Q8_0
+    head's fp16 scale pairs and the tile padding are not in the file)."""
+    device = probe_device("cpu")
+    if not device.block_kernels or load_kernel(test_cache_dir) is None:
+        pytest.skip("this CPU does not run the block kernels: the plan is the dense model's")
+    loaded = load_model("default", dtype="bfloat16", device="cpu", cache_dir=test_cache_dir)
+    held = loaded.model.weight_bytes()
+    assert abs(weights(device) - held) <= 0.02 * held, (weights(device), held)
+    assert psutil.Process().memory_info().rss > held
