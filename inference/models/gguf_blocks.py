@@ -104,12 +104,15 @@ class KQuantBlocks:
         return int(self.raw.shape[0]), int(self.raw.shape[1]) // KQUANT_BYTES[self.type_name] * SUPER_BLOCK
 
     @classmethod
-    def random(cls, type_name: str, out_features: int, in_features: int, *, seed: int) -> KQuantBlocks:
-        """Random levels and sub-block scales with finite fp16 super-block scales (tests, self-checks)."""
+    def random(
+        cls, type_name: str, out_features: int, in_features: int, *, seed: int, scale: float = 0.01
+    ) -> KQuantBlocks:
+        """Random levels and sub-block scales with finite fp16 super-block scales up to `scale` (tests,
+        self-checks, benchmarks)."""
         rng = np.random.default_rng(seed)
         size = KQUANT_BYTES[type_name]
         blocks = rng.integers(0, 256, (out_features, in_features // SUPER_BLOCK, size), dtype=np.uint8)
-        scales = rng.uniform(0.0005, 0.01, (*blocks.shape[:2], 2)).astype(np.float16).view(np.uint8)
+        scales = rng.uniform(scale / 20, scale, (*blocks.shape[:2], 2)).astype(np.float16).view(np.uint8)
         if type_name == "Q6_K":
             blocks[..., size - 2 :] = scales[..., :2]  # d last; int8 sub-block scales before it
         else:

@@ -18,15 +18,10 @@ from inference.cache_dir import DEFAULT_CACHE_DIR, ensure_private_dir
 from inference.config import EngineConfig
 from inference.config_groups import QUANTIZATIONS
 from inference.device import resolve_device, resolve_dtype
-from inference.models import SUPPORTED_ARCHITECTURES, DecoderForCausalLM, get_model_class
+from inference.models import SUPPORTED_ARCHITECTURES, get_model_class
 from inference.models.block_loading import BlockOnlyLoad, BlocksDisagree
-from inference.models.gguf_blocks import GGUFBlocks, read_blocks
 from inference.models.gguf_convert import ensure_converted
-from inference.models.int4 import int4_supported
-from inference.models.linear_method import LinearPlan
-from inference.models.onednn import packing_supported
-from inference.models.q4_decode import Q4Kernel, load_kernel
-from inference.models.tile_linear import load_tiles
+from inference.models.linear_setup import plan_linears, use_linear_methods
 from inference.models.weights import load_weights
 
 logger = logging.getLogger(__name__)
@@ -170,32 +165,26 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, torch_device)
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
-    if quantization == "gguf":
-        _check_gguf_int4(path, torch_device, torch_dtype)
-
-    kernel = _decode_kernel(
-        cache,
+    setup = plan_linears(
+        path,
+        hf_config,
         torch_device,
         torch_dtype,
-        enabled=q4_decode and quantization != "gguf",
-        amx=q4_amx,
+        cache=cache,
+        kernel_cache=cache_dir or DEFAULT_CACHE_DIR,
+        quantization=quantization,
+        q4_decode=q4_decode,
+        q4_amx=q4_amx,
+        gguf_dense_copy=gguf_dense_copy,
         compiler=kernel_compiler,
     )
-    pack = torch_device.type == "cpu" and packing_supported(torch_dtype)
-    tiles = pack and load_tiles(cache_dir or DEFAULT_CACHE_DIR, compiler=kernel_compiler)
-    # Without AMX tiles the blocks' batch path runs in registers, far slower than oneDNN's dense kernels.
-    copy = gguf_dense_copy if gguf_dense_copy is not None else not tiles
-    plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel, dense_copy=copy)
-    blocks = None
-    if path.is_file() and (plan.int4 or kernel is not None):
-        heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
-        blocks = read_blocks(path, num_heads=heads, num_kv_heads=kv_heads)
+    kernel, blocks = setup.plan.kernel, setup.blocks
 
     with torch.device("meta"):
         model = model_cls(hf_config)
     num_params = sum(p.numel() for p in model.parameters())
     block_only = None
-    if kernel is not None and blocks is not None and not plan.dense_copy:
+    if kernel is not None and blocks is not None and not setup.plan.dense_copy:
         block_only = BlockOnlyLoad.plan(model, blocks)
         block_only.drop_dense(model)  # those projections are never held dense, even while loading
     # Cast while still on meta, then materialize on the target device in the final dtype: no throwaway
@@ -219,7 +208,7 @@ def load_model(
     model.eval()
     if block_only is not None and kernel is not None:
         block_only.attach(model, kernel)
-    _use_linear_methods(model, plan, path, blocks)
+    use_linear_methods(model, setup, path)
     loaded = LoadedModel(
         model=model,
         hf_config=hf_config,
@@ -245,35 +234,6 @@ def load_model(
         time.monotonic() - started,
     )
     return loaded
-
-
-def _check_gguf_int4(path: Path, device: torch.device, dtype: torch.dtype) -> None:
-    if not path.is_file():
-        raise ValueError("quantization='gguf' needs a .gguf model file")
-    if device.type != "cpu" or dtype != torch.bfloat16 or not int4_supported():
-        raise ValueError(
-            "quantization='gguf' runs on CPU in bfloat16 (dtype auto on an AMX/AVX512-BF16 CPU, or bfloat16)"
-        )
-
-
-def _decode_kernel(
-    cache: Path | None, device: torch.device, dtype: torch.dtype, *, enabled: bool, amx: bool, compiler: str
-) -> Q4Kernel | None:
-    """The Q4 decode kernel, where a bf16 CPU model from a GGUF (`cache` is set) may read its blocks."""
-    if cache is None or not enabled or device.type != "cpu" or dtype != torch.bfloat16:
-        return None
-    return load_kernel(cache, amx=amx, compiler=compiler)
-
-
-def _use_linear_methods(
-    model: DecoderForCausalLM, plan: LinearPlan, path: Path, blocks: GGUFBlocks | None
-) -> None:
-    """One LinearMethod per layer (linear_method.py), from the plan and the file's blocks."""
-    counts = model.use_linear_methods(plan, blocks)
-    if plan.int4 and counts["int4"] == 0:
-        raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")
-    rows = f"; gguf-decode up to {plan.kernel.max_rows} rows" if plan.kernel is not None else ""
-    logger.info("Linear methods: %s%s", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())), rows)
 
 
 def _architecture(hf_config: PretrainedConfig) -> str:

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import inference.models.loader
+import inference.models.linear_setup
 from inference import EngineConfig, SamplingParams
 from inference.models.gguf_blocks import GROUP, GGUFBlocks, Q4Blocks, parse_q4, read_blocks
 from inference.models.int4 import int4_linear, pack_int4
@@ -75,7 +75,7 @@ def test_fused_projections_take_their_shards_in_order(
     tiny_model_dir: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Loaded with every linear dense (no packing), so that methods can be chosen here from its blocks.
-    monkeypatch.setattr(inference.models.loader, "packing_supported", lambda dtype: False)
+    monkeypatch.setattr(inference.models.linear_setup, "packing_supported", lambda dtype: False)
     model = load_model(str(tiny_model_dir("qwen2")), dtype="bfloat16", device="cpu").model
     blocks: dict[str, Q4Blocks] = {}
     expected_weights: dict[str, torch.Tensor] = {}

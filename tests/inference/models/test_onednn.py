@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import inference.models.loader
+import inference.models.linear_setup
 from inference import SamplingParams
 from inference.device import fast_bf16_cpu, resolve_dtype
 from inference.models.layers import Linear
@@ -87,9 +87,9 @@ def test_loading_in_bf16_packs_without_changing_logits(
     """Tied and untied heads, with and without biases: the packed model's logits equal the plain bf16 ones.
     (On AMX the loader tiles instead (test_tile_linear); here the oneDNN packing itself is checked.)"""
     model_dir = tiny_model_dir(name)
-    monkeypatch.setattr(inference.models.loader, "load_tiles", lambda *args, **kwargs: False)
+    monkeypatch.setattr(inference.models.linear_setup, "load_tiles", lambda *args, **kwargs: False)
     packed = load_model(str(model_dir), dtype="bfloat16", device="cpu")
-    monkeypatch.setattr(inference.models.loader, "packing_supported", lambda dtype: False)
+    monkeypatch.setattr(inference.models.linear_setup, "packing_supported", lambda dtype: False)
     plain = load_model(str(model_dir), dtype="bfloat16", device="cpu")
     linears = [m for m in packed.model.modules() if isinstance(m, Linear)]
     assert linears and all(isinstance(m.method, PackedMethod) == PACKS for m in linears)

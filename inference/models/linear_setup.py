@@ -1,0 +1,79 @@
+"""How a model being loaded gets its linears' methods: the plan (from its device, dtype, config and file),
+the GGUF's blocks read once, and the methods given once the weights are in (linear_method.py)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PretrainedConfig
+
+from inference.models.decoder import DecoderForCausalLM
+from inference.models.gguf_blocks import GGUFBlocks, read_blocks
+from inference.models.int4 import int4_supported
+from inference.models.linear_method import LinearPlan
+from inference.models.onednn import packing_supported
+from inference.models.q4_decode import load_kernel
+from inference.models.tile_linear import load_tiles
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LinearSetup:
+    plan: LinearPlan
+    blocks: GGUFBlocks | None  # the file's blocks, where the plan reads any
+
+
+def plan_linears(
+    path: Path,
+    hf_config: PretrainedConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    cache: Path | None,
+    kernel_cache: Path,
+    quantization: str,
+    q4_decode: bool,
+    q4_amx: bool,
+    gguf_dense_copy: bool | None,
+    compiler: str,
+) -> LinearSetup:
+    """`cache` is set for a GGUF source (its conversion cache); the kernels are built into `kernel_cache`."""
+    if quantization == "gguf":
+        _check_gguf_int4(path, device, dtype)
+    kernel = None
+    bf16_cpu = device.type == "cpu" and dtype == torch.bfloat16
+    if cache is not None and q4_decode and quantization != "gguf" and bf16_cpu:
+        kernel = load_kernel(cache, amx=q4_amx, compiler=compiler)
+    pack = device.type == "cpu" and packing_supported(dtype)
+    tiles = pack and load_tiles(kernel_cache, compiler=compiler)
+    # Without AMX tiles the blocks' batch path runs in registers, far slower than oneDNN's dense kernels.
+    copy = gguf_dense_copy if gguf_dense_copy is not None else not tiles
+    plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel, dense_copy=copy)
+    blocks = None
+    if path.is_file() and (plan.int4 or kernel is not None):
+        heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
+        blocks = read_blocks(path, num_heads=heads, num_kv_heads=kv_heads)
+    return LinearSetup(plan, blocks)
+
+
+def use_linear_methods(model: DecoderForCausalLM, setup: LinearSetup, path: Path) -> None:
+    """One LinearMethod per layer, from the plan and the file's blocks."""
+    plan = setup.plan
+    counts = model.use_linear_methods(plan, setup.blocks)
+    if plan.int4 and counts["int4"] == 0:
+        raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")
+    rows = f"; gguf-decode up to {plan.kernel.max_rows} rows" if plan.kernel is not None else ""
+    logger.info("Linear methods: %s%s", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())), rows)
+
+
+def _check_gguf_int4(path: Path, device: torch.device, dtype: torch.dtype) -> None:
+    if not path.is_file():
+        raise ValueError("quantization='gguf' needs a .gguf model file")
+    if device.type != "cpu" or dtype != torch.bfloat16 or not int4_supported():
+        raise ValueError(
+            "quantization='gguf' runs on CPU in bfloat16 (dtype auto on an AMX/AVX512-BF16 CPU, or bfloat16)"
+        )
