@@ -236,6 +236,12 @@ at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   const bf16* vc = v_cache.data_ptr<bf16>();
   bf16* od = out.data_ptr<bf16>();
   at::parallel_for(0, jobs, 1, [&](int64_t begin, int64_t end) {
+    // Subnormals flush to zero (FTZ and DAZ) in this thread while it works: a peaked row's far keys get
+    // probabilities below 1e-38, and each multiply-add with such an operand took a microcode assist (a
+    // 1000-token prompt with peaked scores ran 10x slower: bench/NOTES.md). Each row is still computed one
+    // way, whatever its chunk.
+    const unsigned int csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);
     Scratch scratch;
     int64_t lengths[kJobRows];
     for (int64_t job = begin; job < end; ++job) {
@@ -251,6 +257,7 @@ at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
       if (s.head_dim == 64) attend_job<4>(qt, kc, vc, tc, lengths, rows, kvh, s, ot, scratch);
       if (s.head_dim == 128) attend_job<8>(qt, kc, vc, tc, lengths, rows, kvh, s, ot, scratch);
     }
+    _mm_setcsr(csr);
   });
   return out;
 }

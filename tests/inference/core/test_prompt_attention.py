@@ -88,6 +88,20 @@ def test_rows_match_fp32_attention(
     assert torch.allclose(out, ref, rtol=2**-7, atol=1e-3), (out - ref).abs().max()
 
 
+def test_peaked_rows_flush_their_vanishing_probabilities_to_zero_and_stay_exact() -> None:
+    """Scores 30x the usual spread: most of a row's probabilities fall below fp32's normal range. They count
+    as zero (the kernel flushes subnormals, which otherwise cost a microcode assist each), so the rows still
+    match fp32 attention, and the caller's own floating-point mode is left as it was."""
+    import numpy as np
+
+    cache = Cache(heads=8, kv_heads=2, head_dim=64)
+    q = (cache.queries(300).float() * 30).bfloat16()
+    tiny = np.float32(1e-40)  # subnormal: kept by this thread before and after the call
+    out = cache.attend(q, [(0, 300, 300)], [0]).float()
+    assert torch.allclose(out, cache.reference(q, 0, 0), rtol=2**-7, atol=1e-3)
+    assert tiny * np.float32(1.0) != 0 and torch.tensor([1e-40]).item() != 0
+
+
 def test_rows_do_not_depend_on_the_cut_or_the_company() -> None:
     cache = Cache(heads=9, kv_heads=3, head_dim=64)
     q = cache.queries(500)
