@@ -100,7 +100,9 @@ def copy_bandwidth() -> float:
     return 2 * a.numel() * 5 / (time.perf_counter() - start)
 
 
-def measure(gguf: str, cache: str, tokens: int, prompt: int, dense_copy: bool | None) -> dict[str, Any]:
+def measure(
+    gguf: str, cache: str, tokens: int, prompt: int, dense_copy: bool | None, amx: bool
+) -> dict[str, Any]:
     import psutil
 
     from inference import EngineConfig, LLMEngine, SamplingParams
@@ -116,6 +118,7 @@ def measure(gguf: str, cache: str, tokens: int, prompt: int, dense_copy: bool | 
             max_num_seqs=16,
             kv_cache_memory_bytes=1 << 30,
             gguf_dense_copy=dense_copy,
+            q4_amx=amx,
         )
     )
     loaded_s = time.perf_counter() - started
@@ -153,6 +156,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--prompt", type=int, default=1000)
     parser.add_argument("--dense-copy", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--q4-amx", action="store_true", help="decoding rows through AMX tiles (q4_amx)")
     parser.add_argument("--child", nargs=2, metavar=("GGUF", "CACHE"), help=argparse.SUPPRESS)
     parser.add_argument("--convert", nargs=2, metavar=("GGUF", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -163,7 +167,8 @@ def main() -> None:
         ensure_converted(Path(args.convert[0]), Path(args.convert[1]))
         return
     if args.child:
-        print(json.dumps(measure(args.child[0], args.child[1], args.tokens, args.prompt, copy)))
+        result = measure(args.child[0], args.child[1], args.tokens, args.prompt, copy, args.q4_amx)
+        print(json.dumps(result))
         return
     with tempfile.TemporaryDirectory(prefix="kquant-bench-") as work:
         gguf = Path(work) / f"random-{args.shape}-q4_k_m.gguf"
@@ -180,6 +185,7 @@ def main() -> None:
             str(args.prompt),
             "--dense-copy",
             args.dense_copy,
+            *(["--q4-amx"] if args.q4_amx else []),
             "--child",
             str(gguf),
             str(Path(work) / "cache"),
@@ -196,7 +202,8 @@ def main() -> None:
         out = subprocess.run(command, check=True, capture_output=True, text=True)
         result = json.loads(out.stdout.strip().splitlines()[-1])
     limit = result["bandwidth_gbs"] * 1e9 / 2 / size  # one read of the file per token, at half the copy rate
-    print(f"{args.shape} Q4_K_M (random blocks), file {size / 1e9:.2f} GB, dense copy {args.dense_copy}")
+    amx = ", decoding rows on AMX tiles" if args.q4_amx else ""
+    print(f"{args.shape} Q4_K_M (random blocks), file {size / 1e9:.2f} GB, dense copy {args.dense_copy}{amx}")
     print(
         f"  load {result['load_s']:.0f} s, RSS after load {result['rss_loaded_gb']:.2f} GB, "
         f"peak {result['peak_rss_gb']:.2f} GB"
