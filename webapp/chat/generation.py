@@ -202,8 +202,12 @@ class ChatReplies:
             raise Conflict(BUSY_HERE, code="busy")
         self._reserved.add(conversation.pk)
         try:
-            if not await self.replicas.take(conversation.pk):
+            until = await self.replicas.take(conversation.pk)
+            if until is None:
                 raise Conflict(BUSY_HERE, code="busy")
+            # This copy of the row was read before the lease was taken: without the new end, the thread
+            # rendered for the new reply would show it "stopped" until its first token.
+            conversation.reply_lease_until = until
             try:
                 yield
             finally:

@@ -28,24 +28,25 @@ def _until() -> dt.datetime:
     return timezone.now() + dt.timedelta(seconds=LEASE_S)
 
 
-def reply_lease_take(*, conversation_id: int) -> bool:
-    """Take the chat's lease if nobody holds a live one; True when this caller now holds it.
+def reply_lease_take(*, conversation_id: int) -> dt.datetime | None:
+    """Take the chat's lease if nobody holds a live one: the lease's end when this caller now holds it,
+    else None.
 
     One conditional UPDATE, so two replicas racing for it cannot both win. A lapsed holder's reply still
     marked streaming is closed as interrupted first, in the same transaction.
     """
-    now = timezone.now()
+    now, until = timezone.now(), _until()
     with transaction.atomic():
         taken = (
             Conversation.objects.filter(pk=conversation_id)
             .filter(Q(reply_lease_until__isnull=True) | Q(reply_lease_until__lte=now))
-            .update(reply_lease_until=_until(), reply_stop_requested=False)
+            .update(reply_lease_until=until, reply_stop_requested=False)
         )
         if taken:
             Message.objects.filter(conversation_id=conversation_id, status=Message.Status.STREAMING).update(
                 status=Message.Status.STOPPED, finish_reason="interrupted"
             )
-    return bool(taken)
+    return until if taken else None
 
 
 def reply_leases_renew(*, conversation_ids: list[int]) -> list[int]:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -44,9 +45,9 @@ class ReplyCoordinator:
         self._renewer: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[bool]] = set()
 
-    async def take(self, conversation_id: int) -> bool:
-        """Take the chat's lease: False when a reply runs for it on any replica."""
-        return bool(await database_sync_to_async(leases.reply_lease_take)(conversation_id=conversation_id))
+    async def take(self, conversation_id: int) -> dt.datetime | None:
+        """Take the chat's lease: its end, or None when a reply runs for it on any replica."""
+        return await database_sync_to_async(leases.reply_lease_take)(conversation_id=conversation_id)
 
     async def give_back(self, conversation_id: int) -> None:
         await database_sync_to_async(leases.reply_lease_release)(conversation_id=conversation_id)

@@ -37,6 +37,23 @@ def wait_position(page: Any, selector: str, position: str) -> None:
     page.wait_for_selector(f"{selector} .branch-pos:text-is('{position}')", timeout=30_000)
 
 
+def watch_for_stopped(page: Any) -> None:
+    """Record in the page whether any reply shows a "stopped" badge from now on (a new version used to show
+    as stopped from its first render until its first token)."""
+    page.evaluate(
+        """() => {
+            window.stoppedSeen = false;
+            const look = () => {
+                for (const badge of document.querySelectorAll('#messages .msg-assistant .badge')) {
+                    if (badge.textContent.trim() === 'stopped') window.stoppedSeen = true;
+                }
+            };
+            new MutationObserver(look).observe(
+                document.querySelector('#messages'), {childList: true, subtree: true, characterData: true});
+        }"""
+    )
+
+
 def test_regenerate_and_edit_keep_versions(browser: Any, server: LiveDaphne) -> None:
     page = log_in(browser, server)
     set_max_tokens(page, 10)
@@ -47,12 +64,15 @@ def test_regenerate_and_edit_keep_versions(browser: Any, server: LiveDaphne) -> 
     first_id = reply.get_attribute("id")
     assert reply.locator(".branch-nav").count() == 0  # one version: no arrows
 
-    # Regenerate: a second version, and 2/2 with arrows to go between them.
+    # Regenerate: a second version, and 2/2 with arrows to go between them; it shows as writing, never as
+    # stopped, from its first render to its last token.
+    watch_for_stopped(page)
     reply.locator(".regen-btn").click()
     page.wait_for_selector("#chat[data-running=true]")
     wait_idle(page)
     last = "#messages .msg-assistant:last-child"
     wait_position(page, last, "2/2")
+    assert page.evaluate("window.stoppedSeen") is False
     assert page.locator(f"#{first_id}").count() == 0
     second_id = page.locator(last).get_attribute("id")
     assert second_id != first_id
@@ -82,9 +102,11 @@ def test_regenerate_and_edit_keep_versions(browser: Any, server: LiveDaphne) -> 
     question.locator(".edit-btn").click()
     assert "new version" in question.locator(".edit-note").inner_text()
     question.locator(".edit-box textarea").fill("Name a vegetable.")
+    watch_for_stopped(page)
     question.locator(".edit-send").click()
     page.wait_for_selector("#chat[data-running=true]")
     wait_idle(page)
+    assert page.evaluate("window.stoppedSeen") is False
     first_user = "#messages .msg-user:first-child"
     wait_position(page, first_user, "2/2")
     assert "Name a vegetable." in body(page.locator(first_user))

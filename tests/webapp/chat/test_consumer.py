@@ -144,6 +144,22 @@ async def test_regenerate_keeps_the_old_reply_as_a_version(
     await ws.disconnect()
 
 
+async def test_a_new_version_shows_as_writing_from_its_first_render(
+    fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
+    """The thread sent when Regenerate starts a version shows that version writing, not "stopped": it is
+    rendered from a copy of the chat row read before the reply's lease was taken."""
+    ws = await connected(alice, chat.pk)
+    await ws.send_json_to({"type": "send", "content": "Q"})
+    await receive_until(ws, is_idle)
+    await ws.send_json_to({"type": "regenerate"})
+    events = await receive_until(ws, is_idle)
+    first = next(e for e in events if e["type"] == "thread")["html"]
+    assert 'aria-label="Writing"' in first and 'class="badge">stopped<' not in first
+    await chat_replies().wait_idle()
+    await ws.disconnect()
+
+
 async def test_edit_adds_a_version_and_answers_it(
     fake_engine: FakeEngine, alice: User, chat: Conversation
 ) -> None:
