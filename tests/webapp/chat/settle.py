@@ -25,8 +25,17 @@ async def chat_background_settled() -> AsyncIterator[None]:
 
 def settle_async_tests(items: list[pytest.Item], *, under: Path) -> None:
     """Give the fixture to the coroutine tests under `under` only: on a sync test (Playwright's among them)
-    it would open an event loop the sync API refuses to run in."""
+    it would open an event loop the sync API refuses to run in. Appended to the item's fixture names (a
+    usefixtures mark added after collection would not reach them), it is set up last and so torn down
+    first, before the database and the runtime."""
     for item in items:
         function = getattr(item, "function", None)
-        if item.path.is_relative_to(under) and function is not None and inspect.iscoroutinefunction(function):
-            item.add_marker(pytest.mark.usefixtures("chat_background_settled"))
+        names = getattr(item, "fixturenames", None)
+        if (
+            item.path.is_relative_to(under)
+            and function is not None
+            and inspect.iscoroutinefunction(function)
+            and names is not None
+            and "chat_background_settled" not in names
+        ):
+            names.append("chat_background_settled")
