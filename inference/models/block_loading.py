@@ -4,8 +4,8 @@ Where a model keeps no dense copy (gguf_dense_copy off), each projection whose s
 types the kernels read gets no dense parameter at all: its weight stays empty while the model is
 materialized, and the converted checkpoint's tensors for it are only sampled (rows at the start, middle
 and end) and compared bit for bit with the blocks' own bf16 expansion, as `matches` compares a layer that
-keeps its dense copy. So loading needs the blocks, the other weights (embedding, norms) and one expanded
-tensor at a time, not the whole dense model. A disagreement (which would be a kernel bug) raises
+keeps its dense copy. So loading needs the blocks, the other weights (embedding, norms) and a few expanded
+rows at a time, not the whole dense model. A disagreement (which would be a kernel bug) raises
 BlocksDisagree: the loader then loads again with the dense copy.
 """
 
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from inference.models.decoder import DecoderForCausalLM
-from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks
+from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks, KQuantBlocks, Q4Blocks, Q8Blocks
 from inference.models.layers import Linear
 from inference.models.linear_method import GGUFBlocksMethod
 from inference.models.q4_decode import Q4Kernel, decode_weights, dequantized_bf16, eligible
@@ -67,11 +67,11 @@ class BlockOnlyLoad:
         blocks = self.sources.get(name)
         if blocks is None:
             return False
-        expanded = dequantized_bf16(blocks)
-        count = expanded.shape[0]
+        count = blocks.shape[0]
         for start in sorted({0, max(count // 2 - 1, 0), max(count - 2, 0)}):
             stop = min(start + 2, count)
-            if not torch.equal(expanded[start:stop], rows(start, stop).to(torch.bfloat16)):
+            expanded = dequantized_bf16(_row_slice(blocks, start, stop))  # only the rows compared
+            if not torch.equal(expanded, rows(start, stop).to(torch.bfloat16)):
                 raise BlocksDisagree(f"{name}: the file's blocks do not expand to the checkpoint's weights")
         self.checked.add(name)
         return True
@@ -83,6 +83,15 @@ class BlockOnlyLoad:
             raise ValueError(f"checkpoint is missing weights: {', '.join(missing[:8])}")
         for name, stacked in self.shards.items():
             _linear(model, name).use(GGUFBlocksMethod(decode_weights(stacked), kernel))
+
+
+def _row_slice(blocks: BlockMatrix, start: int, stop: int) -> BlockMatrix:
+    """Rows [start, stop) of a block matrix (each row's blocks and scales move together)."""
+    if isinstance(blocks, Q4Blocks):
+        return Q4Blocks(blocks.nibbles[start:stop], blocks.scale[start:stop], blocks.minimum[start:stop])
+    if isinstance(blocks, Q8Blocks):
+        return Q8Blocks(blocks.levels[start:stop], blocks.scale[start:stop])
+    return KQuantBlocks(blocks.type_name, blocks.raw[start:stop])
 
 
 def _linear(model: DecoderForCausalLM, name: str) -> Linear:

@@ -194,8 +194,7 @@ def choose_method(
         return Int4Method(pack_int4(Q4Blocks.stack(q4)))
     # Only where the blocks are bit for bit the dense weights: decoding through them changes speed, never
     # outputs (the batch path that replaces a dropped dense copy sums in its own fixed order).
-    blocks_read = plan.kernel is not None and bool(shards) and all(map(eligible, shards or ()))
-    if plan.kernel is not None and shards and blocks_read and matches(shards, dense):
+    if plan.kernel is not None and shards and all(map(eligible, shards)) and matches(shards, dense):
         if plan.dense_copy:
             return GGUFDecodeMethod(decode_weights(shards), plan.kernel, _dense_method(dense, plan))
         return GGUFBlocksMethod(decode_weights(shards), plan.kernel)
