@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from inference.models.decoder import DecoderForCausalLM
+from inference.models.moe_models import (
+    MixtralForCausalLM,
+    OlmoeForCausalLM,
+    Qwen2MoeForCausalLM,
+    Qwen3MoeForCausalLM,
+)
 from inference.models.qwen import Qwen2ForCausalLM, Qwen3ForCausalLM
 
 MODEL_REGISTRY: dict[str, type[DecoderForCausalLM]] = {
@@ -10,6 +16,10 @@ MODEL_REGISTRY: dict[str, type[DecoderForCausalLM]] = {
     "MistralForCausalLM": DecoderForCausalLM,
     "Qwen2ForCausalLM": Qwen2ForCausalLM,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
+    "MixtralForCausalLM": MixtralForCausalLM,
+    "Qwen2MoeForCausalLM": Qwen2MoeForCausalLM,
+    "Qwen3MoeForCausalLM": Qwen3MoeForCausalLM,
+    "OlmoeForCausalLM": OlmoeForCausalLM,
 }
 SUPPORTED_ARCHITECTURES = tuple(MODEL_REGISTRY)
 

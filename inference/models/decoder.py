@@ -6,7 +6,7 @@ The variants differ only in flags from ModelArgs: QKV bias (Qwen2), per-head q/k
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -68,12 +68,16 @@ class DecoderAttention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(
+        self, args: ModelArgs, *, attention: DecoderAttention | None = None, mlp: nn.Module | None = None
+    ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.self_attn = DecoderAttention(args)
+        self.self_attn = attention if attention is not None else DecoderAttention(args)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.mlp = GatedMLP(args.hidden_size, args.intermediate_size, bias=args.mlp_bias)
+        self.mlp = (
+            mlp if mlp is not None else GatedMLP(args.hidden_size, args.intermediate_size, bias=args.mlp_bias)
+        )
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: Any) -> torch.Tensor:
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, meta)
@@ -90,10 +94,10 @@ class TokenEmbedding(nn.Embedding):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, make_layer: Callable[[int], nn.Module]) -> None:
         super().__init__()
         self.embed_tokens = TokenEmbedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(args.num_layers))
+        self.layers = nn.ModuleList(make_layer(index) for index in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
 
@@ -108,11 +112,17 @@ class DecoderForCausalLM(nn.Module):
         ("gate_up_proj", "gate_proj", "gate"),
         ("gate_up_proj", "up_proj", "up"),
     ]
+    # (checkpoint substring, ours) applied to every checkpoint name before loading: families that name the
+    # same tensors differently (Mixtral's block_sparse_moe.experts.N.w1) map onto one module layout.
+    checkpoint_renames: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # Every layer is the plain Llama recipe (RMSNorm, rotary attention over the whole context, SwiGLU): the
+    # fused native decode path (fused_decode.py) computes exactly that and nothing else.
+    plain_layers: ClassVar[bool] = True
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__()
         self.args = self.model_args(config)
-        self.model = DecoderModel(self.args)
+        self.model = DecoderModel(self.args, self.make_layer)
         self.rotary = RotaryEmbedding(self.args.head_dim, self.args.rope)
         self.lm_head = (
             None
@@ -132,6 +142,16 @@ class DecoderForCausalLM(nn.Module):
             mlp_bias=bool(getattr(config, "mlp_bias", False)),
             qk_norm=False,
         )
+
+    def make_layer(self, index: int) -> nn.Module:
+        """Layer `index` of the stack; families with other feed-forwards or attention override this."""
+        return DecoderLayer(self.args)
+
+    @classmethod
+    def checkpoint_name(cls, name: str) -> str:
+        for theirs, ours in cls.checkpoint_renames:
+            name = name.replace(theirs, ours)
+        return name
 
     @classmethod
     def context_length(cls, config: PretrainedConfig) -> int:

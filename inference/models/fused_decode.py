@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from inference.models.decoder import DecoderForCausalLM
+from inference.models.layers import GatedMLP
 from inference.models.linear_method import GGUFDecodeMethod
 from inference.models.q4_decode import Q4Kernel
 
@@ -46,6 +47,8 @@ class FusedDecode:
     def build(cls, model: DecoderForCausalLM) -> FusedDecode | None:
         """The fused path for `model`, or None where any layer cannot take it."""
         args = model.args
+        if not model.plain_layers:
+            return None
         if args.qkv_bias or args.o_bias or args.mlp_bias or args.qk_norm:
             return None
         if args.hidden_size % 16 or args.intermediate_size % 16 or args.head_dim % 32 or args.head_dim > 512:
@@ -58,6 +61,8 @@ class FusedDecode:
         v_caches: list[torch.Tensor] = []
         for layer in model.decoder_layers():
             attn, mlp = layer.self_attn, layer.mlp
+            if not isinstance(mlp, GatedMLP):
+                return None
             for norm in (layer.input_layernorm, layer.post_attention_layernorm):
                 if norm.weight.dtype != torch.bfloat16 or norm.weight.device.type != "cpu":
                     return None

@@ -38,11 +38,12 @@ def load_weights(model: DecoderForCausalLM, model_dir: Path, *, blocks: BlockOnl
             for name in f.keys():  # noqa: SIM118 - safe_open handles are not iterable
                 if name.endswith(_IGNORED_SUFFIXES):
                     continue
-                if name == "lm_head.weight" and model.lm_head is None:
+                ours = model.checkpoint_name(name)
+                if ours == "lm_head.weight" and model.lm_head is None:
                     continue  # tied: the embedding serves as lm_head
-                if blocks is not None and blocks.takes(name, _row_reader(f, name)):
+                if blocks is not None and blocks.takes(ours, _row_reader(f, name)):
                     continue
-                pending.discard(_load_one(name, f.get_tensor(name), params, modules, model))
+                pending.discard(_load_one(ours, f.get_tensor(name), params, modules, model))
     if pending:
         missing = sorted({name for name, _ in pending})
         raise ValueError(f"checkpoint in {model_dir} is missing weights: {', '.join(missing[:8])}")

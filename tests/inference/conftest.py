@@ -93,29 +93,53 @@ TINY_CONFIGS: dict[str, dict[str, object]] = {
     },
     "qwen2": {"kind": "qwen2", "num_key_value_heads": 2, "tie_word_embeddings": True},
     "qwen3": {"kind": "qwen3", "num_key_value_heads": 1, "head_dim": 32, "tie_word_embeddings": False},
+    # Mixture-of-experts: 4-8 experts, top-2, each family's own routing and layer placement.
+    "mixtral": {
+        "kind": "mixtral",
+        "num_key_value_heads": 2,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+    },
+    "qwen2-moe": {
+        "kind": "qwen2_moe",
+        "num_key_value_heads": 2,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "mlp_only_layers": [1],  # layer 1 is dense: the placement rule matters
+        "norm_topk_prob": False,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-moe": {
+        "kind": "qwen3_moe",
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "norm_topk_prob": True,
+        "tie_word_embeddings": False,
+    },
+    "olmoe": {
+        "kind": "olmoe",
+        "num_key_value_heads": 4,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "clip_qkv": 0.8,  # below the largest projections' values, so the clipping is exercised
+        "tie_word_embeddings": False,
+    },
 }
 
 
 def build_tiny_model_dir(name: str, out_dir: Path, tokenizer_dir: Path) -> Path:
     """Random-weight HF model saved as safetensors, with the default model's tokenizer files beside it."""
-    from transformers import (
-        LlamaConfig,
-        LlamaForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-        Qwen3Config,
-        Qwen3ForCausalLM,
-    )
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     options = dict(TINY_CONFIGS[name])
-    kind = options.pop("kind")
-    classes = {
-        "llama": (LlamaConfig, LlamaForCausalLM),
-        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
-    }
-    config_cls, model_cls = classes[str(kind)]
-    config = config_cls(
+    kind = options.pop("kind")  # the HF model_type
+    config = AutoConfig.for_model(
+        str(kind),
         vocab_size=512,
         hidden_size=64,
         intermediate_size=128,
@@ -125,7 +149,7 @@ def build_tiny_model_dir(name: str, out_dir: Path, tokenizer_dir: Path) -> Path:
         **options,
     )
     torch.manual_seed(0)
-    model = model_cls(config)
+    model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         # HF zero-inits biases and one-inits norms; randomize everything so every weight matters.
         for param_name, param in model.named_parameters():

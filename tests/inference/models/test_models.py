@@ -131,7 +131,19 @@ def test_step_logits_shape_and_dtype(default_loaded: LoadedModel) -> None:
     assert out.all_positions == {}
 
 
-@pytest.mark.parametrize("name", ["llama-rope-llama3", "llama-rope-linear-bias", "qwen2", "qwen3"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama-rope-llama3",
+        "llama-rope-linear-bias",
+        "qwen2",
+        "qwen3",
+        "mixtral",
+        "qwen2-moe",
+        "qwen3-moe",
+        "olmoe",
+    ],
+)
 def test_tiny_architectures_match_hf(tiny_model_dir: Callable[[str], Path], name: str) -> None:
     from transformers import AutoModelForCausalLM
 
