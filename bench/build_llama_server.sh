@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Build llama.cpp's llama-server, the CPU peer of `make bench`, from the llama.cpp sources that the PyPI
-# source distribution of llama-cpp-python vendors (PyPI is reachable where GitHub is not).
+# source distribution of llama-cpp-python vendors (PyPI is reachable where GitHub is not), with the tools
+# that make the benchmarks' model files: llama-quantize and the HF -> GGUF converter (convert_hf_to_gguf.py
+# with the gguf-py it ships), so both servers read one file made by llama.cpp's own tools.
 #
 #   bench/build_llama_server.sh        -> bench/.llama-server/bin/llama-server (cached; gitignored)
+#                                         bench/.llama-server/bin/llama-quantize
+#                                         bench/.llama-server/convert/convert_hf_to_gguf.py (+ gguf-py/)
 #
 # Release, native CPU flags (the same machine runs both servers), the server target only. About 10 minutes
 # on 2 cores; a second run finds the binary and returns at once. BENCH_BUILD_JOBS sets make's -j.
@@ -10,11 +14,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VERSION=0.3.36
+STAMP="$VERSION+quantize+convert"
 DEST=$ROOT/bench/.llama-server
 BIN=$DEST/bin/llama-server
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 
-if [ -x "$BIN" ] && [ "$(cat "$DEST/VERSION" 2>/dev/null)" = "$VERSION" ]; then
+if [ -x "$BIN" ] && [ "$(cat "$DEST/VERSION" 2>/dev/null)" = "$STAMP" ]; then
     echo "$BIN"
     exit 0
 fi
@@ -33,10 +38,16 @@ SRC=$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp
 cmake -S "$SRC" -B "$WORK/cmake" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
     -DBUILD_SHARED_LIBS=OFF >"$WORK/cmake.log"
-cmake --build "$WORK/cmake" --target llama-server -j "${BENCH_BUILD_JOBS:-$(nproc)}" >"$WORK/build.log"
+cmake --build "$WORK/cmake" --target llama-server llama-quantize -j "${BENCH_BUILD_JOBS:-$(nproc)}" \
+    >"$WORK/build.log"
 
 mkdir -p "$DEST/bin"
 cp "$WORK/cmake/bin/llama-server" "$BIN"
-echo "$VERSION" >"$DEST/VERSION"
+cp "$WORK/cmake/bin/llama-quantize" "$DEST/bin/llama-quantize"
+rm -rf "$DEST/convert"
+mkdir -p "$DEST/convert"
+cp "$SRC/convert_hf_to_gguf.py" "$DEST/convert/"
+cp -r "$SRC/gguf-py" "$DEST/convert/gguf-py"
+echo "$STAMP" >"$DEST/VERSION"
 rm -rf "$WORK"
 echo "$BIN"

@@ -1,7 +1,9 @@
 """GPU kernel check: Triton paged decode and KV store in bf16 against references, then decode attention
-timed against the torch backend's gather + SDPA, with the bandwidth each reaches.
+timed against the torch backend's gather + SDPA, with the bandwidth each reaches; the fused MoE kernels
+against their per-expert reference (bench/gpu_moe.py).
 
-    python -m bench.gpu_kernels          # needs CUDA and Triton; ~30 s on an H200
+    python -m bench.gpu_kernels          # needs CUDA and Triton; ~45 s on an H200
+    python -m bench.gpu_kernels --moe    # the MoE section alone
 
 Every timing is the median of `triton.testing.do_bench`; bandwidth counts the K/V bytes each decode row
 must read once (its context), so the gather's extra traffic shows as a lower figure, not a higher one.
@@ -17,6 +19,7 @@ from typing import Any
 
 import torch
 
+from bench.gpu_moe import check_moe
 from inference.models.attention import BatchLayout
 from inference.models.attention.torch_backend import TorchAttentionBackend
 from inference.models.attention.triton_backend import TritonAttentionBackend
@@ -234,13 +237,14 @@ def time_steps(context: int = 512) -> None:
         print(f"| {batch} | {eager_ms:.2f} | {graph_ms:.2f} | {eager_ms / graph_ms:.2f}x |")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
     print(f"## Triton paged decode on {torch.cuda.get_device_name()}\n")
     failures: list[str] = []
-    for section in (check_correctness, time_decode, time_steps):
+    sections = (check_moe,) if "--moe" in argv else (check_correctness, time_decode, check_moe, time_steps)
+    for section in sections:
         try:
             failures += section() or []
         except Exception:  # report and go on: one device run has to tell us as much as it can
@@ -254,4 +258,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -180,7 +180,7 @@ def _gguf_shape(path: Path) -> ModelShape:
         t
         for t in reader.tensors
         if t.type_name in BLOCK_TYPES
-        and len(t.dims) == 2
+        and len(t.dims) in (2, 3)  # a 3-D tensor holds every expert of a layer, each read as blocks
         and (t.name != "token_embd.weight" or (tied and t.type_name not in ("Q4_0", "Q4_1")))
     ]
     head_dim = field(f"{arch}.attention.key_length", field(f"{arch}.embedding_length") // heads)

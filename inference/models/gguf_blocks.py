@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
-from inference.models.gguf_convert import _PERMUTED_ARCHS, _hf_name, _unpermute
+from inference.models.gguf_convert import _PERMUTED_ARCHS, _unpermute, hf_names
 from inference.models.gguf_file import GGUFFile
 
 GROUP = 32  # Q4_0, Q4_1 and Q8_0 quantize blocks of 32 weights along the input dimension
@@ -168,18 +168,21 @@ def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBl
     linears: dict[str, BlockMatrix] = {}
     embedding: BlockMatrix | None = None
     for tensor in reader.tensors:
-        blocks = _parse(np.asarray(tensor.data), tensor.type_name)
-        if blocks is None:
+        names = hf_names(tensor.name, tensor.data.shape)
+        if names is None:
             continue
-        if tensor.name == "token_embd.weight" and not isinstance(blocks, Q4Blocks):
-            embedding = blocks
-            continue
-        name = _hf_name(tensor.name)
-        if name is None:
-            continue
-        if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
-            blocks = _permuted(blocks, num_heads if "q_proj" in name else num_kv_heads)
-        linears[name] = blocks
+        raw = np.asarray(tensor.data)
+        # A 3-D expert tensor's experts are consecutive [rows, bytes] slices: each its own block matrix.
+        for name, part in zip(names, [raw] if len(names) == 1 else list(raw), strict=True):
+            blocks = _parse(part, tensor.type_name)
+            if blocks is None:
+                continue
+            if tensor.name == "token_embd.weight" and not isinstance(blocks, Q4Blocks):
+                embedding = blocks
+                continue
+            if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
+                blocks = _permuted(blocks, num_heads if "q_proj" in name else num_kv_heads)
+            linears[name] = blocks
     return GGUFBlocks(linears, embedding)
 
 

@@ -25,8 +25,15 @@ from inference.models.gguf_file import GGUFFile
 
 logger = logging.getLogger(__name__)
 
-# GGUF `general.architecture` -> HF `architectures` entry of the converted config.
-GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+# GGUF `general.architecture` -> HF `architectures` entry of the converted config (a "llama" file with
+# experts is Mixtral: llama.cpp writes Mixtral under the llama architecture).
+GGUF_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen2moe": "Qwen2MoeForCausalLM",
+    "qwen3moe": "Qwen3MoeForCausalLM",
+}
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -45,7 +52,14 @@ _LAYER_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
 }
+# Every expert's projection in one 3-D tensor [experts, rows, columns]; split into one tensor per expert.
+_EXPERT_NAMES = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
 # Only llama.cpp's llama converter permutes Q/K rows (into its interleaved rotary layout); qwen2/3 are as is.
 _PERMUTED_ARCHS = {"llama"}
 _HASH_MEMO = "hash-memo.json"
@@ -124,6 +138,7 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
     # gguf-py's (seconds for a large vocabulary), which is why this runs once per file content.
     config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False)
     config.architectures = [GGUF_ARCHITECTURES[arch]]
+    config = moe_config(gguf, config)
     tensors = _dequantized_tensors(gguf, config.num_attention_heads, config.num_key_value_heads)
     # transformers' GGUF config mapping misses some keys (qwen3 attention.key_length, sometimes vocab_size);
     # the tensor shapes are the ground truth.
@@ -155,23 +170,58 @@ def _dequantized_tensors(gguf: GGUFFile, n_heads: int, n_kv_heads: int) -> dict[
     narrow = None if num_elements <= FP32_MAX_ELEMENTS else torch.float16
     out: dict[str, torch.Tensor] = {}
     for tensor in gguf.tensors:
-        name = _hf_name(tensor.name)
-        if name is None:
+        names = hf_names(tensor.name, tensor.data.shape)
+        if names is None:
             continue  # e.g. rope_freqs: derived from config.rope_parameters instead
         kept = keep_types.get(tensor.ggml_type)
         if kept is not None:
             data = np.asarray(tensor.data, dtype=kept).reshape(tuple(reversed(tensor.dims)))
         else:
             data = dequantize(tensor.data, tensor.ggml_type)
-        if gguf.architecture in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
-            data = _unpermute(data, n_heads if "q_proj" in name else n_kv_heads)
-        # Copy: F32/F16 data are read-only views of the memory-mapped file.
-        value = torch.from_numpy(np.array(data, order="C", copy=True))
-        if narrow is not None and kept is None:
-            # bf16 sources stay bf16 (exact); other dequantized blocks fit fp16's range and precision.
-            value = value.to(torch.bfloat16 if tensor.ggml_type == GGMLQuantizationType.BF16 else narrow)
-        out[name] = value
+        parts = [data] if len(names) == 1 else list(data)  # one per expert of a 3-D tensor
+        for name, part in zip(names, parts, strict=True):
+            if gguf.architecture in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
+                part = _unpermute(part, n_heads if "q_proj" in name else n_kv_heads)
+            if name.endswith("shared_expert_gate.weight"):
+                part = part.reshape(1, -1)  # llama.cpp keeps the one-row gate as a vector
+            # Copy: F32/F16 data are read-only views of the memory-mapped file.
+            value = torch.from_numpy(np.array(part, order="C", copy=True))
+            if narrow is not None and kept is None:
+                # bf16 sources stay bf16 (exact); other dequantized blocks fit fp16's range and precision.
+                value = value.to(torch.bfloat16 if tensor.ggml_type == GGMLQuantizationType.BF16 else narrow)
+            out[name] = value
     return out
+
+
+def moe_config(gguf: GGUFFile, config: Any) -> Any:
+    """The expert settings transformers' GGUF config reader leaves out (expert widths), and Mixtral, which
+    llama.cpp writes as a llama file with experts."""
+    arch = gguf.architecture
+    experts = gguf.field(f"{arch}.expert_count")
+    if not experts:
+        return config
+    expert_width = gguf.field(f"{arch}.expert_feed_forward_length")
+    if arch == "llama":
+        from transformers import MixtralConfig
+
+        values = {k: v for k, v in config.to_dict().items() if k not in ("model_type", "architectures")}
+        config = MixtralConfig(**values)
+        config.architectures = ["MixtralForCausalLM"]
+        config.num_local_experts = int(experts)
+        if expert_width:
+            config.intermediate_size = int(expert_width)
+    else:
+        config.num_experts = int(experts)
+        if expert_width:
+            config.moe_intermediate_size = int(expert_width)
+        shared = gguf.field(f"{arch}.expert_shared_feed_forward_length")
+        if shared:
+            config.shared_expert_intermediate_size = int(shared)
+        # llama.cpp makes every layer sparse and (qwen2moe) leaves the top-k weights unnormalised.
+        config.mlp_only_layers, config.decoder_sparse_step = [], 1
+        config.norm_topk_prob = arch != "qwen2moe"
+    config.num_experts_per_tok = int(gguf.field(f"{arch}.expert_used_count"))
+    return config
 
 
 def _llama3_rope_from_factors(rope: dict[str, Any], head_dim: int, factors: np.ndarray) -> dict[str, Any]:
@@ -207,6 +257,17 @@ def _hf_name(gguf_name: str) -> str | None:
     if len(parts) == 4 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
         return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
     return None
+
+
+def hf_names(gguf_name: str, shape: tuple[int, ...]) -> list[str] | None:
+    """The Hugging Face names a GGUF tensor of `shape` becomes: one, or one per expert of a 3-D expert
+    tensor (in expert order); None for tensors with no counterpart."""
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in _EXPERT_NAMES:
+        projection = _EXPERT_NAMES[parts[2]]
+        return [f"model.layers.{parts[1]}.mlp.experts.{e}.{projection}.{parts[3]}" for e in range(shape[0])]
+    name = _hf_name(gguf_name)
+    return None if name is None else [name]
 
 
 def _unpermute(weights: np.ndarray, n_head: int) -> np.ndarray:

@@ -7,11 +7,9 @@ and our model loaded straight from the .gguf must match HF's model loaded from t
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -19,36 +17,11 @@ import torch
 
 from inference.core.model_io import ScheduledChunk
 from inference.core.model_runner import ModelRunner
-from inference.models.loader import default_gguf_path, load_model
+from inference.models.loader import load_model
+from tests.inference.gguf_files import add_tokenizer
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 128, 2
 VOCAB = 1024  # a prefix of SmolLM2's byte-level BPE: every byte stays encodable, conversion stays fast
-
-
-@functools.cache
-def tokenizer_metadata() -> dict[str, Any]:
-    """The bundled tokenizer cut to VOCAB tokens, keeping only the merges whose parts and result survive."""
-    from gguf import GGUFReader
-
-    source = GGUFReader(default_gguf_path())
-
-    def field(key: str) -> Any:
-        value = source.get_field(key)
-        if value is None:
-            raise KeyError(key)
-        return value.contents()
-
-    tokens = list(field("tokenizer.ggml.tokens"))[:VOCAB]
-    kept = set(tokens)
-    merges = [m for m in field("tokenizer.ggml.merges") if {*m.split(" "), m.replace(" ", "")} <= kept]
-    return {
-        "model": str(field("tokenizer.ggml.model")),
-        "pre": str(field("tokenizer.ggml.pre")),
-        "tokens": tokens,
-        "token_type": list(field("tokenizer.ggml.token_type"))[:VOCAB],
-        "merges": merges,
-        "chat_template": str(field("tokenizer.chat_template")),
-    }
 
 
 def write_tiny_gguf(
@@ -63,8 +36,6 @@ def write_tiny_gguf(
 ) -> None:
     from gguf import GGUFWriter
 
-    meta = tokenizer_metadata()
-    tokens = meta["tokens"]
     head_dim = HIDDEN // HEADS
     w = GGUFWriter(str(path), arch)
     w.add_block_count(LAYERS)
@@ -77,14 +48,7 @@ def write_tiny_gguf(
     w.add_value_length(head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_tokenizer_model(meta["model"])
-    w.add_tokenizer_pre(meta["pre"])
-    w.add_token_list(tokens)
-    w.add_token_types(meta["token_type"])
-    w.add_token_merges(meta["merges"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_chat_template(meta["chat_template"])
+    add_tokenizer(w, VOCAB)
     rng = np.random.default_rng(0)
 
     def tensor(name: str, *shape: int) -> None:
@@ -99,12 +63,12 @@ def write_tiny_gguf(
         else:
             w.add_tensor(name, value)
 
-    tensor("token_embd.weight", len(tokens), HIDDEN)
+    tensor("token_embd.weight", VOCAB, HIDDEN)
     tensor("output_norm.weight", HIDDEN)
     if rope_freqs is not None:
         w.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     if not tied:
-        tensor("output.weight", len(tokens), HIDDEN)
+        tensor("output.weight", VOCAB, HIDDEN)
     for i in range(LAYERS):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", HIDDEN)

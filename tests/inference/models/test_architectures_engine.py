@@ -1,0 +1,90 @@
+"""Every natively served architecture through the whole engine: greedy replies to 8 prompts submitted together
+equal Hugging Face generate(do_sample=False) token for token (fp32, CPU), with prefix-cache hits, with
+small prefill chunks and under forced preemption. Tiny random checkpoints of each real structure
+(tests/inference/conftest.py TINY_CONFIGS)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import torch
+
+from inference import EngineConfig, LLMEngine, SamplingParams
+from inference.models.args import ModelArgs
+from inference.models.decoder import DecoderForCausalLM
+from inference.models.loader import LoadedModel, load_model
+from tests.inference.real_model import hf_greedy
+
+MAX_TOKENS = 24
+GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+# One per family (the dense Llama/Qwen ones have their engine oracle on the real model).
+ARCHITECTURES = ["mixtral", "qwen2-moe", "qwen3-moe", "olmoe"]
+
+
+def eight_prompts(vocab: int) -> list[list[int]]:
+    """Four prompts sharing a 40-token prefix (two full blocks and a half: prefix-cache hits), four apart;
+    lengths 3 to 130, so some prompts outgrow a block table's first pages and a chunk budget."""
+    gen = torch.Generator().manual_seed(7)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(3, vocab, (n,), generator=gen).tolist()
+
+    shared = ids(40)
+    return [shared + ids(n) for n in (5, 17, 33, 60)] + [ids(n) for n in (3, 12, 70, 130)]
+
+
+def args_of(loaded: LoadedModel) -> ModelArgs:
+    return cast(DecoderForCausalLM, loaded.model).args
+
+
+def engine_for(loaded: LoadedModel, **overrides: Any) -> LLMEngine:
+    config: dict[str, Any] = {
+        "model": str(loaded.model_dir),
+        "dtype": "float32",
+        "device": "cpu",
+        "max_model_len": 256,
+        "kv_cache_memory_bytes": 8 << 20,
+    }
+    config.update(overrides)
+    return LLMEngine(EngineConfig(**config), loaded=loaded)
+
+
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def case(request: pytest.FixtureRequest, tiny_model_dir: Callable[[str], Path]) -> tuple[LoadedModel, Any]:
+    from transformers import AutoModelForCausalLM
+
+    folder = tiny_model_dir(request.param)
+    loaded = load_model(str(folder), dtype="float32", device="cpu")
+    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    prompts = eight_prompts(args_of(loaded).vocab_size)
+    # ignore_eos on our side; HF stops only at an id no prompt or reply uses.
+    expected = [hf_greedy(reference, p, {args_of(loaded).vocab_size + 1})[0] for p in prompts]
+    return loaded, (prompts, expected)
+
+
+def replies(engine: LLMEngine, prompts: list[list[int]]) -> list[list[int]]:
+    return [out.outputs[0].token_ids for out in engine.generate(prompts, GREEDY)]
+
+
+def test_eight_prompts_together_with_prefix_cache_hits(case: tuple[LoadedModel, Any]) -> None:
+    loaded, (prompts, expected) = case
+    engine = engine_for(loaded)
+    assert replies(engine, prompts[:1]) == expected[:1]
+    assert replies(engine, prompts) == expected
+    assert engine.stats().prefix_cache_hits >= 3 * 32  # three later prompts reuse the shared two blocks
+    assert engine.scheduler.block_manager.num_used_blocks == 0
+
+
+def test_small_prefill_chunks_and_forced_preemption(case: tuple[LoadedModel, Any]) -> None:
+    loaded, (prompts, expected) = case
+    chunked = engine_for(loaded, max_num_batched_tokens=16, max_num_seqs=8, enable_prefix_caching=False)
+    assert replies(chunked, prompts) == expected
+    args = args_of(loaded)
+    per_token = args.num_layers * 2 * args.num_kv_heads * args.head_dim * 4
+    longest = max(len(p) for p in prompts) + MAX_TOKENS
+    tight = engine_for(loaded, max_model_len=longest, kv_cache_memory_bytes=per_token * (longest + 48))
+    assert replies(tight, prompts) == expected
+    assert tight.stats().num_preemptions > 0
