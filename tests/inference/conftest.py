@@ -111,13 +111,24 @@ TINY_CONFIGS: dict[str, dict[str, object]] = {
         "norm_topk_prob": False,
         "tie_word_embeddings": True,
     },
+    # As llama.cpp writes Qwen2-MoE GGUFs: every layer sparse.
+    "qwen2-moe-all-sparse": {
+        "kind": "qwen2_moe",
+        "num_key_value_heads": 2,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,  # the block kernels take inputs in whole 64s
+        "shared_expert_intermediate_size": 64,
+        "norm_topk_prob": False,
+        "tie_word_embeddings": True,
+    },
     "qwen3-moe": {
         "kind": "qwen3_moe",
         "num_key_value_heads": 1,
         "head_dim": 32,
-        "num_experts": 8,
+        "num_experts": 4,
         "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
+        "moe_intermediate_size": 64,
         "norm_topk_prob": True,
         "tie_word_embeddings": False,
     },
