@@ -34,6 +34,7 @@ from inference.speculative_config import SpeculativeConfig
 # "vllm", "sglang", "tgi" that engine's own server, started here as a supervised child process and then
 # reached as "openai" reaches one (inference.frontends.supervised.engine).
 SUPERVISED_TYPES = ("vllm", "sglang", "tgi")
+EXPERT_PARALLEL_TYPES = ("vllm", "sglang")  # TGI's launcher has no expert parallelism
 IN_PROCESS_TYPES = ("native", "transformers")
 ENGINE_TYPES = (*IN_PROCESS_TYPES, "openai", *SUPERVISED_TYPES)
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
@@ -128,6 +129,7 @@ class EngineConfig:
     # Types vllm, sglang, tgi: the server Mooncake starts, ServerSettings (server()).
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    expert_parallel: bool = False  # MoE experts spread over the tensor-parallel GPUs (vllm, sglang)
     executable: str | None = None
     startup_timeout: float = 900.0
     extra_args: tuple[str, ...] = ()
@@ -170,6 +172,11 @@ class EngineConfig:
             raise ValueError(f"engine type must be one of {ENGINE_TYPES}, got {kind!r}")
         self.remote()
         self.server()
+        if self.expert_parallel and kind not in EXPERT_PARALLEL_TYPES:
+            raise ValueError(
+                f"expert_parallel applies to engine types {', '.join(EXPERT_PARALLEL_TYPES)} only (type is "
+                f"{kind!r}); set it to false or leave it out"
+            )
         if kind in SUPERVISED_TYPES:
             self._check_server()
             return
@@ -226,6 +233,7 @@ class EngineConfig:
             self.executable,
             self.startup_timeout,
             self.extra_args,
+            self.expert_parallel,
         )
 
     def model_config(self) -> ModelConfig:

@@ -141,8 +141,10 @@ class ServerSettings:
     executable: str | None = None
     startup_timeout: float = 900.0  # seconds its server may take to answer /health (large models load slowly)
     # Passed through to the server's command line as given, after the flags Mooncake sets (the engine's
-    # own options Mooncake has no setting for: --enable-expert-parallel, --quantization fp8, ...).
+    # own options Mooncake has no setting for: --quantization fp8, ...).
     extra_args: tuple[str, ...] = ()
+    # A mixture-of-experts model's experts spread over the tensor-parallel GPUs (vllm and sglang only).
+    expert_parallel: bool = False
 
     def __post_init__(self) -> None:
         if not all(isinstance(arg, str) and arg for arg in self.extra_args):
@@ -150,6 +152,8 @@ class ServerSettings:
         check_positive("tensor_parallel_size", self.tensor_parallel_size)
         check_positive("pipeline_parallel_size", self.pipeline_parallel_size)
         check_positive("startup_timeout", self.startup_timeout)
+        if not isinstance(self.expert_parallel, bool):
+            raise ValueError(f"expert_parallel must be true or false, got {self.expert_parallel!r}")
         if self.executable is not None and not self.executable.strip():
             raise ValueError(
                 "executable must not be empty (leave it out to find the engine's command on PATH)"

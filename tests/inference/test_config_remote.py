@@ -62,6 +62,15 @@ def test_child_process_engines_take_their_server_settings(kind: str) -> None:
     assert config.base_url is None  # Mooncake starts the server and picks its address
 
 
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_expert_parallel_from_the_environment_is_a_bool(kind: str) -> None:
+    assert EngineConfig.from_dict({"type": kind, "expert_parallel": "true"}).server().expert_parallel is True
+    assert EngineConfig.from_dict({"type": kind, "expert_parallel": "0"}).expert_parallel is False
+    assert EngineConfig.from_dict({"type": "tgi", "expert_parallel": "false"}).expert_parallel is False
+    with pytest.raises(ValueError, match="expert_parallel must be true or false"):
+        EngineConfig(engine_type=kind, expert_parallel="yes")  # type: ignore[arg-type]
+
+
 def test_transformers_engine_type_is_in_process_and_refuses_upstream_settings() -> None:
     config = EngineConfig.from_dict({"type": "transformers", "model": "/models/gemma", "dtype": "float32"})
     assert (config.engine_type, config.base_url) == ("transformers", None)

@@ -13,7 +13,9 @@ from inference.api import ModelInfo
 from webapp.accounts.models import RequestLog
 from webapp.console.models import AuditLog, ConsoleJob
 from webapp.console.replication import BUSY_STATES, live_replicas
-from webapp.core.models import ModelRegistration
+from webapp.core.engine_settings import resolve_registered_engine
+from webapp.core.models import EngineSettings, ModelRegistration
+from webapp.core.native_paths import native_path_label
 from webapp.serving.jobs import ProcessJob
 from webapp.serving.runtime import get_runtime
 
@@ -40,6 +42,7 @@ class ModelRow:
     job: ProcessJob | None
     is_default: bool
     replicas: tuple[ReplicaModelState, ...] = ()  # every live replica's state, when there are several
+    native_path: str = ""  # whether it runs in our engine and how (inference.manager.native_path)
 
     @property
     def download_percent(self) -> int | None:
@@ -102,9 +105,22 @@ def model_rows() -> list[ModelRow]:
             job=get_runtime().jobs.active_for(info.name),
             is_default=info.name == manager.default_name,
             replicas=replicas.get(info.name, ()),
+            native_path=_native_path(registrations.get(info.name)),
         )
         for info in infos
     ]
+
+
+def _native_path(registration: ModelRegistration | None) -> str:
+    """For a registered model, as it would load now; its settings' own errors show where they are edited.
+    The tuning page's settings (batching, cache) never change the path: resolved without them, the page
+    reads no more rows."""
+    if registration is None:
+        return ""
+    try:
+        return native_path_label(resolve_registered_engine(registration, EngineSettings()).config)
+    except (TypeError, ValueError):
+        return ""
 
 
 @dataclass(frozen=True, slots=True)

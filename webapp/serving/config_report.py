@@ -19,6 +19,7 @@ from webapp.core.hub_models import HubRef, cached, hub_cache_dir, parse_hub_id, 
 from webapp.core.model_list import is_list, listed_models, source_of
 from webapp.core.modelpaths import check_source
 from webapp.core.models import EngineSettings, ModelRegistration
+from webapp.core.native_paths import native_path_label
 from webapp.serving.engine import resolve_builtin_engine
 from webapp.serving.engine_servers import not_installed_problem
 from webapp.serving.memory_check import plan_listed
@@ -76,6 +77,7 @@ def _engine_section(report: Report, title: str, resolve: Callable[[], ResolvedEn
         report.problems.append(f"engine settings ({title.split(' (')[0].removeprefix('engine: ')}): {exc}")
         return
     report.lines.append(title)
+    report.lines.append(f"  {'runs':<{NAME_WIDTH}}{native_path_label(resolved.config)}")
     report.lines.extend(_table(resolved.sources))
     missing = not_installed_problem(resolved.config)  # a server Mooncake would start, not installed here
     if missing is not None:

@@ -39,7 +39,8 @@ class SupervisedEngine(RemoteEngine):
         server = config.server()
         self.model_details = {
             "architecture": f"{config.engine_type} server (pid {process.pid}, tensor parallel "
-            f"{server.tensor_parallel_size}, pipeline parallel {server.pipeline_parallel_size})"
+            f"{server.tensor_parallel_size}, pipeline parallel {server.pipeline_parallel_size}"
+            f"{', expert parallel' if server.expert_parallel else ''})"
         }
 
     @classmethod

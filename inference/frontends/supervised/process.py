@@ -42,7 +42,8 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 @dataclass(frozen=True, slots=True)
 class ServerKind:
     """How one engine's server starts: what follows the executable, the model's flag (None: positional)
-    and each setting's flag, in command-line order. A setting without a flag here is not passed."""
+    and each setting's flag, in command-line order. A setting without a flag here is not passed; one whose
+    value is True is a switch, passed alone."""
 
     name: str
     prefix: tuple[str, ...]
@@ -66,6 +67,7 @@ SERVER_KINDS: dict[str, ServerKind] = {
             "max_num_seqs": "--max-num-seqs",
             "tensor_parallel_size": "--tensor-parallel-size",
             "pipeline_parallel_size": "--pipeline-parallel-size",
+            "expert_parallel": "--enable-expert-parallel",  # experts over the TP (x DP) GPUs
             "dtype": "--dtype",
         },
     ),
@@ -78,6 +80,9 @@ SERVER_KINDS: dict[str, ServerKind] = {
             "port": "--port",
             "tensor_parallel_size": "--tp-size",
             "pipeline_parallel_size": "--pp-size",
+            # SGLang 0.5 and later: --ep-size N spreads the experts over N of the tensor-parallel GPUs
+            # (its older switch, --enable-ep-moe, is deprecated there).
+            "expert_parallel_size": "--ep-size",
             "max_model_len": "--context-length",
             "gpu_memory_utilization": "--mem-fraction-static",  # weights and KV cache: the same role
             "max_num_seqs": "--max-running-requests",
@@ -119,12 +124,17 @@ def server_command(config: EngineConfig, *, executable: str, port: int) -> list[
         if server.pipeline_parallel_size > 1
         else None,
         "dtype": None if config.dtype == "auto" else config.dtype,
+        "expert_parallel": True if server.expert_parallel else None,
+        "expert_parallel_size": server.tensor_parallel_size if server.expert_parallel else None,
     }
     argv = [executable, *kind.prefix]
     argv += [config.model] if kind.model_flag is None else [kind.model_flag, config.model]
     for setting, flag in kind.flags.items():
-        if values[setting] is not None:
-            argv += [flag, str(values[setting])]
+        value = values[setting]
+        if value is True:
+            argv.append(flag)
+        elif value is not None:
+            argv += [flag, str(value)]
     return argv + list(server.extra_args)  # last: the operator's own flags win where an engine lets them
 
 

@@ -299,3 +299,35 @@ def test_keep_alive_must_be_positive(
     staff_client: Client, manager: ModelManager, model_root: Path, value: str
 ) -> None:
     assert register(staff_client, model_root, "tiny", keep_alive_seconds=value).status_code == 400
+
+
+@pytest.mark.database
+def test_each_row_says_whether_the_model_runs_natively_and_how(
+    staff_client: Client, manager: ModelManager, model_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gguf import GGMLQuantizationType
+
+    from tests.inference.arch_files import CPU_BF16, gguf_file, hf_dir
+    from webapp.core import native_paths
+
+    monkeypatch.setattr(native_paths, "device_facts", lambda device: CPU_BF16)  # not this machine's CPU
+    register(staff_client, model_root, "tiny")  # a LlamaForCausalLM folder
+    for name, path in (
+        ("neox", hf_dir(model_root / "neox", "GPTNeoXForCausalLM")),
+        ("q4", gguf_file(model_root / "q4.gguf", kind=GGMLQuantizationType.Q4_0)),
+    ):
+        data = {"name": name, "path": str(path), "aliases": "", "keep_alive_seconds": ""}
+        assert staff_client.post(reverse("console:model-register"), data).status_code == 302
+
+    def line(html: str, name: str) -> str:
+        row = html[html.index(f'data-model="{name}"') :]
+        row = row[: row.index("</tr>")]
+        return row[row.index('<div class="muted native-path">') :].split(">", 1)[1].split("</div>", 1)[0]
+
+    for page in ("console:models", "console:models-table"):
+        html = staff_client.get(reverse(page)).content.decode()
+        assert line(html, "tiny") == "native: LlamaForCausalLM, bf16 dense"
+        assert line(html, "q4") == "native: LlamaForCausalLM, GGUF blocks read as stored"
+        assert line(html, "neox") == (
+            "not native: our engine does not run GPTNeoXForCausalLM (engine type transformers does)"
+        )

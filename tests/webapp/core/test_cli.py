@@ -50,6 +50,10 @@ def test_check_reports_settings_and_the_default_model(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SmolLM2-135M-Instruct <- " in result.stdout
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in result.stdout
+    # Natively, on the path this machine's CPU takes for a Q4_1 GGUF.
+    (runs,) = [line.split(None, 1)[1] for line in result.stdout.splitlines() if line.startswith("  runs ")]
+    paths = ("GGUF blocks read as stored", "bf16 dense", "fp32 dense")
+    assert runs in [f"native: LlamaForCausalLM, {path}" for path in paths], runs
     assert result.stdout.rstrip().endswith("OK")
 
 

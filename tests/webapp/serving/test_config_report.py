@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from gguf import GGMLQuantizationType
 
+from webapp.core import native_paths
 from webapp.core.config import resolve_settings
 from webapp.core.models import EngineSettings, ModelRegistration
 from webapp.serving.config_report import config_report
@@ -77,3 +81,40 @@ def test_one_models_max_model_len_the_load_would_refuse_is_a_problem(
     settings.MOONCAKE_SETTINGS, settings.MOONCAKE = resolved, resolved.yaml
     report = config_report()
     assert any("max_model_len=100000 exceeds the model's context length 8192" in p for p in report.problems)
+
+
+def test_each_model_says_whether_it_runs_natively_and_how(
+    db: None, settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.inference.arch_files import CPU_BF16, gguf_file, hf_dir
+
+    monkeypatch.setattr(native_paths, "device_facts", lambda device: CPU_BF16)  # not this machine's CPU
+    llama = hf_dir(tmp_path / "llama", "LlamaForCausalLM")
+    neox = hf_dir(tmp_path / "neox", "GPTNeoXForCausalLM")
+    q4 = gguf_file(tmp_path / "q4.gguf", kind=GGMLQuantizationType.Q4_0)
+    entries = [
+        {"id": "llama", "model_path": str(llama), "default": True},
+        {"id": "neox", "model_path": str(neox)},
+        {"id": "q4", "model_path": str(q4)},
+        {"id": "gone", "model_path": str(tmp_path / "gone")},
+    ]
+    config = tmp_path / "mooncake.yaml"
+    config.write_text(yaml.safe_dump({"model": {"models": entries}}))
+    resolved = resolve_settings(
+        {"MOONCAKE_DATA": str(tmp_path), "MOONCAKE_CONFIG": str(config)}, base_dir=tmp_path, cwd=tmp_path
+    )
+    settings.MOONCAKE_SETTINGS, settings.MOONCAKE = resolved, resolved.yaml
+    ModelRegistration.objects.create(name="extra", source=str(q4), dtype="float32")
+    lines = config_report().lines
+
+    def runs(name: str) -> str:
+        title = next(line for line in lines if line.startswith(f"engine: {name} ("))
+        return " ".join(_line(lines, "runs", title)[1:])
+
+    assert runs("llama") == "native: LlamaForCausalLM, bf16 dense"
+    assert runs("neox") == (
+        "not native: our engine does not run GPTNeoXForCausalLM (engine type transformers does)"
+    )
+    assert runs("q4") == "native: LlamaForCausalLM, GGUF blocks read as stored"
+    assert runs("gone") == "native engine; architecture unknown (its files are not here)"
+    assert runs("extra") == "native: LlamaForCausalLM, fp32 dense"  # the console's dtype

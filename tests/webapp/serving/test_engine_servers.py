@@ -85,6 +85,29 @@ def test_check_refuses_settings_the_engine_type_never_reads(
     assert not any("never reads" in p for p in config_report().problems)
 
 
+@pytest.mark.database
+def test_expert_parallel_from_the_yaml_reaches_the_config_and_check(
+    db: None, settings: Any, tmp_path: Path, empty_path: Path
+) -> None:
+    install(empty_path, "vllm", tmp_path / "argv.jsonl")
+    _use(settings, tmp_path, GUIDE.replace("max_num_seqs: 16}", "max_num_seqs: 16, expert_parallel: true}"))
+    assert resolve_builtin_engine(settings.MOONCAKE).config.server().expert_parallel is True
+    report = config_report()
+    (line,) = [line for line in report.lines if line.split()[:1] == ["expert_parallel"]]
+    assert line.split()[1:] == ["True", "yaml", "(engine.expert_parallel)"]
+    assert not report.problems
+    # TGI has no expert parallelism: check names the setting before any start.
+    _use(
+        settings,
+        tmp_path,
+        GUIDE.replace("type: vllm", "type: tgi").replace("16}", "16, expert_parallel: true}"),
+    )
+    problems = config_report().problems
+    assert any(
+        "expert_parallel applies to engine types vllm, sglang only (type is 'tgi')" in p for p in problems
+    ), problems
+
+
 def test_each_type_says_how_to_install_it(empty_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 

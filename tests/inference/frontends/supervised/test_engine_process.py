@@ -59,6 +59,24 @@ def test_sglang_command_line() -> None:
     ]  # fmt: skip
 
 
+def test_expert_parallel_is_each_engines_own_flag() -> None:
+    vllm = EngineConfig.from_dict({**GUIDE, "tensor_parallel_size": 4, "expert_parallel": True})
+    assert server_command(vllm, executable="vllm", port=1) == [
+        "vllm", "serve", MODEL,
+        "--host", "127.0.0.1", "--port", "1", "--served-model-name", MODEL,
+        "--max-model-len", "8192", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "16",
+        "--tensor-parallel-size", "4", "--enable-expert-parallel", "--dtype", "bfloat16",
+    ]  # fmt: skip
+    moe = {"tensor_parallel_size": 2, "expert_parallel": 1}  # a number from yaml reads as a bool
+    sglang = EngineConfig.from_dict({**GUIDE, "type": "sglang", **moe})
+    argv = server_command(sglang, executable="python3", port=1)
+    assert argv[argv.index("--tp-size") :][:4] == ["--tp-size", "2", "--ep-size", "2"]
+    # Off (the default), neither engine gets a flag.
+    for kind in ("vllm", "sglang"):
+        argv = server_command(EngineConfig.from_dict({**GUIDE, "type": kind}), executable="x", port=1)
+        assert not {"--enable-expert-parallel", "--ep-size"} & set(argv)
+
+
 def test_tgi_command_line() -> None:
     config = EngineConfig.from_dict({**GUIDE, "type": "tgi", "tensor_parallel_size": 2})
     assert server_command(config, executable="text-generation-launcher", port=8080) == [
@@ -79,6 +97,13 @@ def test_tgi_command_line() -> None:
         ({"type": "tgi", "dtype": "float32"}, "'tgi' runs dtype float16 or bfloat16"),
         ({"type": "tgi", "pipeline_parallel_size": 2}, "no pipeline parallelism"),
         ({"type": "vllm", "startup_timeout": 0}, "startup_timeout must be > 0"),
+        (
+            {"type": "tgi", "expert_parallel": True},
+            r"expert_parallel applies to engine types vllm, sglang only \(type is 'tgi'\)",
+        ),
+        ({"expert_parallel": True}, r"expert_parallel applies to .* \(type is 'native'\)"),
+        ({"type": "transformers", "expert_parallel": "on"}, r"\(type is 'transformers'\)"),
+        ({"type": "vllm", "expert_parallel": "sometimes"}, "expert_parallel: cannot use 'sometimes' as bool"),
     ],
 )
 def test_server_settings_are_checked(settings: dict[str, Any], message: str) -> None:
@@ -141,6 +166,34 @@ def test_starts_waits_for_health_serves_and_stops(stand_in: tuple[Path, Path], t
         engine.shutdown()
     assert not _alive(started["pid"])
     assert "stand-in engine server for default" in (tmp_path / "logs" / "vllm-default.log").read_text()
+
+
+def test_the_stand_in_server_receives_the_expert_parallel_flag(
+    stand_in: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from inference.frontends.supervised.process import EngineProcess, free_port
+
+    executable, record = stand_in
+    # As mooncake.yaml or the environment give it: a string.
+    config = EngineConfig.from_dict(
+        {"type": "vllm", "model_id": "moe", "tensor_parallel_size": "2", "expert_parallel": "true"}
+    )
+    port = free_port()
+    process = EngineProcess(
+        server_command(config, executable=str(executable), port=port),
+        health_url=f"http://127.0.0.1:{port}/health",
+        log_path=tmp_path / "server.log",
+        startup_timeout=20,
+    )
+    process.start()
+    try:
+        (started,) = _records(record)
+        argv = started["argv"]
+        assert argv[:2] == ["serve", "moe"] and "--enable-expert-parallel" in argv
+        assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    finally:
+        process.stop()
+    assert not _alive(started["pid"])
 
 
 def test_a_child_that_exits_while_starting_is_an_error_with_its_log(

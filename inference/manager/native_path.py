@@ -1,0 +1,142 @@
+"""Whether a configured model runs in our engine, and how its weights are computed there: one line that
+`mooncake check` and the console's Models page show for each model.
+
+Decided from the files alone (a config.json's `architectures`, a GGUF's metadata and tensor table, never the
+weights), the EngineConfig and the device. Importing this module loads no torch: the model registry and the
+GGUF reader are imported when it is called, so the list of architectures is always the registry's own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inference.config import EngineConfig
+
+if TYPE_CHECKING:
+    from inference.manager.footprint import DeviceFacts
+
+GPU_KERNELS = "GPU kernels (Triton/flash-attn)"
+GGUF_BLOCKS = "GGUF blocks read as stored"
+_DENSE = {"float32": "fp32 dense", "bfloat16": "bf16 dense", "float16": "fp16 dense"}
+INT4_TYPES = frozenset({"Q4_0", "Q4_1"})  # what quantization "gguf" keeps 4-bit (linear_setup)
+_ELSEWHERE = {
+    "openai": "the upstream server runs it",
+    "vllm": "vLLM's own server runs it",
+    "sglang": "SGLang's own server runs it",
+    "tgi": "TGI's own server runs it",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFile:
+    """What a model's files say about it."""
+
+    architecture: str | None  # the HF `architectures` name (a GGUF's as converted); None: not readable
+    gguf_architecture: str | None = None  # a GGUF's `general.architecture`
+    block_types: frozenset[str] = frozenset()  # a GGUF's block types among its weight matrices
+    problem: str | None = None  # why architecture is None
+
+
+@dataclass(frozen=True, slots=True)
+class NativePath:
+    engine_type: str
+    architecture: str | None
+    native: bool | None  # runs in our engine; None: not known (its files could not be read)
+    weights: str | None  # GGUF_BLOCKS, "bf16 dense", "fp32 dense", "fp16 dense" or GPU_KERNELS, when native
+    label: str
+
+
+def native_path(source: Path | None, config: EngineConfig, device: DeviceFacts | None) -> NativePath:
+    """`source`: the model's folder or .gguf on disk (None: not there, e.g. not downloaded yet). `device`:
+    where a native model runs (None: not probed; the weights' path is then left out)."""
+    kind = config.engine_type
+    if kind in _ELSEWHERE:
+        return NativePath(kind, None, False, None, f"not native: engine type {kind} ({_ELSEWHERE[kind]})")
+    found = (
+        read_model_file(source) if source is not None else ModelFile(None, problem="its files are not here")
+    )
+    arch = found.architecture
+    supported = arch is not None and arch in supported_architectures()
+    if kind == "transformers":
+        hint = f"; {arch} runs natively with engine type native" if supported else ""
+        return NativePath(kind, arch, False, None, f"not native: engine type transformers{hint}")
+    if arch is None:
+        return NativePath(kind, None, None, None, f"native engine; architecture unknown ({found.problem})")
+    if not supported:
+        what = f"GGUF architecture {arch}" if found.gguf_architecture == arch else arch
+        elsewhere = "" if found.gguf_architecture else " (engine type transformers does)"
+        return NativePath(kind, arch, False, None, f"not native: our engine does not run {what}{elsewhere}")
+    if device is None:
+        return NativePath(kind, arch, True, None, f"native: {arch}")
+    weights = _weights(found, config, device)
+    return NativePath(kind, arch, True, weights, f"native: {arch}, {weights}")
+
+
+def supported_architectures() -> tuple[str, ...]:
+    from inference.models import SUPPORTED_ARCHITECTURES
+
+    return SUPPORTED_ARCHITECTURES
+
+
+def _weights(found: ModelFile, config: EngineConfig, device: DeviceFacts) -> str:
+    """As the load plans its linears (inference.models.linear_setup; sized alike in footprint.py)."""
+    if device.kind == "cuda":
+        return GPU_KERNELS
+    dtype = config.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device.auto_dtype_bytes == 2 else "float32"
+    if config.quantization == "gguf" and found.block_types & INT4_TYPES:
+        return GGUF_BLOCKS
+    if dtype == "bfloat16" and config.q4_decode and device.block_kernels and found.block_types:
+        return GGUF_BLOCKS
+    return _DENSE[dtype]
+
+
+def read_model_file(path: Path) -> ModelFile:
+    """A folder's config.json or a .gguf's header, read again only when the file changes."""
+    target = path / "config.json" if path.is_dir() else path
+    try:
+        stat = target.stat()
+    except OSError as exc:
+        return ModelFile(None, problem=f"cannot read {target.name}: {exc.strerror}")
+    return _read(str(target), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _read(target: str, mtime_ns: int, size: int) -> ModelFile:
+    path = Path(target)
+    if path.name != "config.json":
+        return _read_gguf(path)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return ModelFile(None, problem=f"cannot read config.json: {exc}")
+    names = config.get("architectures") if isinstance(config, dict) else None
+    if not isinstance(names, list) or not names or not isinstance(names[0], str):
+        return ModelFile(None, problem="config.json names no architectures")
+    return ModelFile(names[0])
+
+
+def _read_gguf(path: Path) -> ModelFile:
+    from inference.manager.footprint import BLOCK_TYPES
+    from inference.models.gguf_convert import GGUF_ARCHITECTURES
+    from inference.models.gguf_file import GGUFFile
+
+    try:
+        reader = GGUFFile(path)
+    except (OSError, ValueError) as exc:  # GGUFFormatError is a ValueError
+        return ModelFile(None, problem=f"cannot read {path.name}: {exc}")
+    name = reader.field("general.architecture")
+    if name is None:
+        return ModelFile(None, problem=f"{path.name} has no general.architecture")
+    blocks = frozenset(
+        t.type_name
+        for t in reader.tensors
+        if t.type_name in BLOCK_TYPES and len(t.dims) >= 2 and t.name != "token_embd.weight"
+    )
+    # One the converter does not map stays its GGUF name: not loadable, whatever the registry holds.
+    return ModelFile(GGUF_ARCHITECTURES.get(str(name), str(name)), str(name), blocks)
