@@ -38,6 +38,8 @@
 # speculation flags for (e); empty skips the run),
 # BENCH_OURS_DTYPE (our server's dtype, default auto = what `make run` serves; float32 = the peer's dtype),
 # BENCH_OURS_QUANT (our server's quantization, default none; gguf keeps the GGUF's Q4_1 linears 4-bit),
+# BENCH_GGUF=FILE (serve this GGUF instead of the bundled model, ours and llama-server both: e.g. a file of
+# bench/shaped_models.py; ours then shares the checkout's var/cache, so its conversion is made once),
 # BENCH_PYSPY=1 (py-spy, installed into the peer venv, samples our server at 20 Hz during load (a):
 # ours-a.pyspy.txt and its summary ours-a.pyspy-summary.txt; external sampling, about 1% of a core).
 set -euo pipefail
@@ -151,14 +153,16 @@ from inference.models.loader import resolve_source
 
 # The server's cache folder, as webapp/settings resolves it (the engine itself reads no environment).
 cache = os.environ.get("MOONCAKE_CACHE_DIR") or Path(os.environ.get("MOONCAKE_DATA") or "var") / "cache"
-source = resolve_source("default")
+source = Path(os.environ["BENCH_GGUF"]).resolve() if os.environ.get("BENCH_GGUF") else resolve_source("default")
 print(ensure_converted(source, Path(cache)).resolve())
 print(source.resolve())
 EOF
 )
 MODEL_DIR=$(sed -n 1p <<<"$MODEL_INFO")
 GGUF=$(sed -n 2p <<<"$MODEL_INFO")
-grep -q LlamaForCausalLM "$MODEL_DIR/config.json" || { log "$MODEL_DIR/config.json is not a LlamaForCausalLM"; exit 1; }
+if [ -z "${BENCH_GGUF:-}" ]; then
+    grep -q LlamaForCausalLM "$MODEL_DIR/config.json" || { log "$MODEL_DIR/config.json is not a LlamaForCausalLM"; exit 1; }
+fi
 log "model directory: $MODEL_DIR; GGUF: $GGUF"
 log "load before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc --all) cores"
 log "every server: $THREADS intra-op thread(s)${PIN:+, pinned to CPUs $CPUS}; peers: $PEERS; loads: $LOADS"
@@ -253,7 +257,7 @@ start_ours() {  # name [speculative settings]
     PORT=$(free_port)
     {
         echo "model:"
-        echo "  model_id: default"
+        if [ -n "${BENCH_GGUF:-}" ]; then echo "  model_id: $GGUF"; else echo "  model_id: default"; fi
         echo "  dtype: ${BENCH_OURS_DTYPE:-auto}"
         echo "  quantization: ${BENCH_OURS_QUANT:-none}"
         if [ -n "$spec" ]; then echo "  speculative: {$spec}"; fi
@@ -263,6 +267,9 @@ start_ours() {  # name [speculative settings]
     cp "$OURS_DATA/mooncake.yaml" "$OUT/$name-mooncake.yaml"
     local env=(DJANGO_SETTINGS_MODULE=webapp.settings.test MOONCAKE_DATA="$OURS_DATA" MOONCAKE_AUTOLOAD=1
         MOONCAKE_API_AUTH=off MOONCAKE_CONFIG="$OURS_DATA/mooncake.yaml" PYTHONUNBUFFERED=1)
+    if [ -n "${BENCH_GGUF:-}" ]; then
+        env+=(MOONCAKE_CACHE_DIR="$ROOT/var/cache" MOONCAKE_MODEL_ROOTS="$(dirname "$GGUF")")
+    fi
     env "${env[@]}" "$PY" manage.py migrate --noinput >"$OURS_DATA/migrate.log" 2>&1 || return 1
     log "$name: starting on 127.0.0.1:$PORT (log $OUT/$name-server.log)"
     env "${env[@]}" "${PIN[@]}" "$PY" -m webapp.serving.server --host 127.0.0.1 --port "$PORT" \

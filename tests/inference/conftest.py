@@ -132,6 +132,19 @@ TINY_CONFIGS: dict[str, dict[str, object]] = {
         "norm_topk_prob": True,
         "tie_word_embeddings": False,
     },
+    # Served by a live server (tests/webapp/live_models.py): the tokenizer's whole vocabulary, so any text
+    # encodes to ids the model has.
+    "qwen3-moe-chat": {
+        "kind": "qwen3_moe",
+        "vocab_size": 49152,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,
+        "norm_topk_prob": True,
+        "tie_word_embeddings": True,
+    },
     "olmoe": {
         "kind": "olmoe",
         "num_key_value_heads": 4,
@@ -139,6 +152,50 @@ TINY_CONFIGS: dict[str, dict[str, object]] = {
         "num_experts_per_tok": 2,
         "clip_qkv": 0.8,  # below the largest projections' values, so the clipping is exercised
         "tie_word_embeddings": False,
+    },
+    # Dense families with their own layers. Windows far below the test prompts (130 tokens) so every
+    # window mask bites; soft caps small enough to change the logits of these small random weights.
+    "mistral-window": {"kind": "mistral", "num_key_value_heads": 2, "sliding_window": 32},
+    "gemma2": {
+        "kind": "gemma2",
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "query_pre_attn_scalar": 24,  # not head_dim: the scale must come from here
+        "sliding_window": 24,
+        "attn_logit_softcapping": 1.5,
+        "final_logit_softcapping": 4.0,
+        "num_hidden_layers": 3,  # sliding, full, sliding
+    },
+    "gemma3": {
+        "kind": "gemma3_text",
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "query_pre_attn_scalar": 24,
+        "sliding_window": 20,
+        "num_hidden_layers": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100000.0},
+        },
+        "final_logit_softcapping": 6.0,
+        "tie_word_embeddings": False,
+    },
+    # LongRoPE: sequence a (130 tokens) passes original_max_position_embeddings and takes the long factors,
+    # b (40) keeps the short ones.
+    "phi3-longrope": {
+        "kind": "phi3",
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "original_max_position_embeddings": 64,
+        "rope_scaling": {
+            "rope_type": "longrope",
+            "short_factor": [1.0 + 0.15 * i for i in range(8)],
+            "long_factor": [1.5 + 0.8 * i for i in range(8)],
+        },
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
     },
 }
 
@@ -149,16 +206,15 @@ def build_tiny_model_dir(name: str, out_dir: Path, tokenizer_dir: Path) -> Path:
 
     options = dict(TINY_CONFIGS[name])
     kind = options.pop("kind")  # the HF model_type
-    config = AutoConfig.for_model(
-        str(kind),
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        rms_norm_eps=1e-6,
-        **options,
-    )
+    settings: dict[str, object] = {
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "rms_norm_eps": 1e-6,
+    }
+    config = AutoConfig.for_model(str(kind), **{**settings, **options})
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():

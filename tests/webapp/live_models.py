@@ -9,6 +9,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,9 @@ MODELS = {
         {"id": "smol-spec", "model_id": "default", "dtype": "bfloat16", "speculative": SPEC},
         {"id": "smol-async", "model_id": "default", "dtype": "bfloat16", "async_scheduling": True},
         {"id": "smol-hf", "model_id": "default", "dtype": "float32", "type": "transformers"},
+        # A tiny random mixture-of-experts checkpoint (Qwen3-MoE's structure), written into the server's
+        # model root before it starts (tests/webapp/test_moe_live.py).
+        {"id": "tiny-moe", "model_id": "models/tiny-moe", "dtype": "float32"},
     ]
 }
 MODEL_IDS = {str(model["id"]) for model in MODELS["models"]}
@@ -79,10 +83,29 @@ def console_row(page: str, model: str) -> str:
     return row[: row.index("</tr>")]
 
 
+def write_tiny_moe(folder: Path) -> Path:
+    from inference.models.gguf_convert import ensure_converted
+    from inference.models.loader import default_gguf_path
+    from tests.inference.conftest import build_tiny_model_dir
+    from tests.live_server import shared_cache_dir
+
+    tokenizer_dir = ensure_converted(default_gguf_path(), shared_cache_dir())
+    return build_tiny_model_dir("qwen3-moe-chat", folder, tokenizer_dir)
+
+
+def _in_data(model: dict[str, Any], data: Path) -> dict[str, Any]:
+    """A model entry whose model_id is relative to the server's data folder, made absolute."""
+    source = str(model["model_id"])
+    return {**model, "model_id": str(data / source)} if source.startswith("models/") else model
+
+
 @pytest.fixture(scope="session")
 def models_list_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
     """The session's models-list server, every model loaded, with a staff user ADMIN."""
-    server = start_live_daphne(tmp_path_factory.mktemp("models-list"), config={"model": MODELS})
+    data = tmp_path_factory.mktemp("models-list")
+    write_tiny_moe(data / "models" / "tiny-moe")
+    config = {"model": {"models": [_in_data(m, data) for m in MODELS["models"]]}}
+    server = start_live_daphne(data, config=config)
     try:
         wait_all_loaded(server, MODEL_IDS)
         server.create_user(ADMIN, ADMIN_PASSWORD, staff=True)
