@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VERSION=0.3.36
-STAMP="$VERSION+quantize+convert"
+STAMP="$VERSION+quantize+convert2"
 DEST=$ROOT/bench/.llama-server
 BIN=$DEST/bin/llama-server
 PY=${PYTHON:-$ROOT/.venv/bin/python}
@@ -47,6 +47,7 @@ cp "$WORK/cmake/bin/llama-quantize" "$DEST/bin/llama-quantize"
 rm -rf "$DEST/convert"
 mkdir -p "$DEST/convert"
 cp "$SRC/convert_hf_to_gguf.py" "$DEST/convert/"
+cp -r "$SRC/conversion" "$DEST/convert/conversion"  # the converter's model classes
 cp -r "$SRC/gguf-py" "$DEST/convert/gguf-py"
 echo "$STAMP" >"$DEST/VERSION"
 rm -rf "$WORK"

@@ -8,6 +8,9 @@
 #   bench/gpu_check.sh --models qwen3-0.6b --num-prompts 64    # any other bench.gpu_check option
 #   bench/gpu_check.sh --eager         # our engine without CUDA graphs (enforce_eager)
 #   bench/gpu_check.sh --sync-steps    # our engine without async scheduling (A/B against the pipeline)
+#   bench/gpu_check.sh --kernels       # instead of the above: the Triton kernels (paged decode with sliding
+#       windows and soft-capping, the fused MoE kernel; bench/gpu_kernels.py and its tests on CUDA) and a
+#       mixture-of-experts model through our engine against transformers (bench/gpu_moe_model.py), ~3 min
 #   bench/gpu_check.sh --models qwen3-0.6b --dtype float32 --oracle-only   # the strict fp32 oracle
 #       (tie tolerance 1e-3 instead of bf16 rounding; a minute or two on an H200)
 #
@@ -57,6 +60,26 @@ EOF
 
 # The hard stop sits a little past the script's own budget (which already keeps a margin for teardown):
 # SIGINT first, so a run that overran still prints its tables, then KILL if that hangs.
+kernels() {
+    preamble
+    local failed=0
+    timeout 240 "$PY" -m bench.gpu_kernels || failed=1
+    timeout 120 "$PY" -m pytest -q -p no:cacheprovider -p no:xdist -o addopts="" \
+        tests/inference/models/test_triton_attention.py tests/inference/models/test_moe_triton.py || failed=1
+    timeout 180 "$PY" -m bench.gpu_moe_model || failed=1
+    return $failed
+}
+if [ "${1:-}" = "--kernels" ]; then
+    if [ -n "${OUT:-}" ]; then
+        mkdir -p "$OUT"
+        set +e
+        kernels 2>&1 | tee "$OUT/gpu_kernels.log"
+        exit "${PIPESTATUS[0]}"
+    fi
+    kernels
+    exit $?
+fi
+
 check() {
     preamble
     timeout --signal=INT --kill-after=20 $((BUDGET_S + 30)) "$PY" -m bench.gpu_check --budget-s "$BUDGET_S" "$@"

@@ -77,8 +77,9 @@ def write_hf_folder(shape: str, folder: Path, seed: int = 0) -> None:
 
     tokenizer_dir = ensure_converted(default_gguf_path(), ROOT / "var" / "cache")
     options = dict(SHAPES[shape])
-    vocab = AutoConfig.from_pretrained(tokenizer_dir).vocab_size
-    config = AutoConfig.for_model(options.pop("model_type"), vocab_size=vocab, **options)
+    source = AutoConfig.from_pretrained(tokenizer_dir)
+    ids = {k: getattr(source, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    config = AutoConfig.for_model(options.pop("model_type"), vocab_size=source.vocab_size, **ids, **options)
     config.torch_dtype = "bfloat16"
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -88,20 +89,39 @@ def write_hf_folder(shape: str, folder: Path, seed: int = 0) -> None:
         if file.name.startswith(("tokenizer", "special_tokens", "chat_template")):
             shutil.copy(file, folder / file.name)
     gen = torch.Generator().manual_seed(seed)
+
+    def make(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        if "norm" in name:
+            return torch.ones(shape, dtype=torch.bfloat16)
+        return (torch.randn(shape, generator=gen) * 0.02).to(torch.bfloat16)
+
     shard: dict[str, torch.Tensor] = {}
     size, index = 0, 0
-    names = [name for name, _ in model.named_parameters()]
-    for name, param in model.named_parameters():
-        if "norm" in name:
-            value = torch.ones(param.shape, dtype=torch.bfloat16)
-        else:
-            value = (torch.randn(param.shape, generator=gen) * 0.02).to(torch.bfloat16)
-        shard[name] = value
-        size += value.numel() * 2
-        if size >= SHARD_BYTES or name == names[-1]:
+    entries = [(n, e) for name, p in model.named_parameters() for n, e in checkpoint_entries(name, p.shape)]
+    for position, (name, shape) in enumerate(entries):
+        shard[name] = make(name, shape)
+        size += shard[name].numel() * 2
+        if size >= SHARD_BYTES or position == len(entries) - 1:
             index += 1
             save_file(shard, str(folder / f"model-{index:05d}.safetensors"), metadata={"format": "pt"})
             shard, size = {}, 0
+
+
+def checkpoint_entries(name: str, shape: Any) -> list[tuple[str, tuple[int, ...]]]:
+    """A parameter's tensors as checkpoints (and llama.cpp's converter) name them: transformers 5 holds a
+    layer's experts as 3-D gate_up_proj [E, 2I, H] and down_proj [E, H, I]; files have one per expert."""
+    dims = tuple(int(d) for d in shape)
+    if name.endswith("experts.gate_up_proj"):
+        prefix, (experts, double, hidden) = name.removesuffix("gate_up_proj"), dims
+        return [
+            (f"{prefix}{e}.{part}.weight", (double // 2, hidden))
+            for e in range(experts)
+            for part in ("gate_proj", "up_proj")
+        ]
+    if name.endswith("experts.down_proj"):
+        prefix, (experts, hidden, inner) = name.removesuffix("down_proj"), dims
+        return [(f"{prefix}{e}.down_proj.weight", (hidden, inner)) for e in range(experts)]
+    return [(name, dims)]
 
 
 def make(shape: str, types: list[str]) -> dict[str, Path]:
