@@ -89,6 +89,8 @@ class ModelRunner:
             num_kv_heads=self.model.args.num_kv_heads,
             head_dim=self.model.args.head_dim,
             native_kernels=loaded.native_kernels,
+            sliding_window=self.model.has_sliding_window,
+            softcap=self.model.has_softcap,
         )
         self.attention_backend_name = self.backend.name
         # Until sized, the model may run (CUDA profiling) with any cache; max_model_len bounds nothing yet.

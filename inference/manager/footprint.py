@@ -77,10 +77,8 @@ def read_shape(path: Path) -> ModelShape:
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     heads = int(config["num_attention_heads"])
     head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    # Sliding windows are masked in the attention, not a cap: a sequence may fill the whole context.
     context = int(config.get("max_position_embeddings", 2048))
-    window = config.get("sliding_window")
-    if window and config.get("use_sliding_window", True) is not False:
-        context = min(context, int(window))
     files = sorted(path.glob("*.safetensors"))
     return ModelShape(
         num_params=sum(_safetensors_params(f) for f in files),

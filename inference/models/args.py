@@ -24,14 +24,23 @@ class ModelArgs:
     o_bias: bool
     mlp_bias: bool
     qk_norm: bool
+    activation: str = "silu"  # the gated MLP's: silu, or gelu_pytorch_tanh where the family allows it
 
     @classmethod
     def from_config(
-        cls, config: PretrainedConfig, *, qkv_bias: bool, o_bias: bool, mlp_bias: bool, qk_norm: bool
+        cls,
+        config: PretrainedConfig,
+        *,
+        qkv_bias: bool,
+        o_bias: bool,
+        mlp_bias: bool,
+        qk_norm: bool,
+        activations: tuple[str, ...] = ("silu",),
     ) -> ModelArgs:
-        act = getattr(config, "hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"unsupported hidden_act {act!r}; only silu is implemented")
+        """activations: those the family's MLP implements (Gemma names its own `hidden_activation`)."""
+        act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu")
+        if act not in activations:
+            raise ValueError(f"unsupported hidden_act {act!r}; implemented here: {', '.join(activations)}")
         num_heads = int(config.num_attention_heads)
         num_kv_heads = int(getattr(config, "num_key_value_heads", None) or num_heads)
         if num_heads % num_kv_heads:
@@ -54,6 +63,7 @@ class ModelArgs:
             o_bias=o_bias,
             mlp_bias=mlp_bias,
             qk_norm=qk_norm,
+            activation=str(act),
         )
 
 
@@ -67,5 +77,9 @@ def rope_parameters(config: PretrainedConfig) -> dict[str, Any]:
     params["rope_type"] = rope_type
     if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
         raise ValueError("partial rotary embeddings are not supported")
-    params.setdefault("original_max_position_embeddings", getattr(config, "max_position_embeddings", None))
+    max_positions = getattr(config, "max_position_embeddings", None)
+    # Phi-3 keeps the pre-extension length beside max_position_embeddings (LongRoPE's switch point).
+    original = getattr(config, "original_max_position_embeddings", None) or max_positions
+    params.setdefault("original_max_position_embeddings", original)
+    params.setdefault("max_position_embeddings", max_positions)
     return params

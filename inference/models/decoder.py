@@ -1,6 +1,7 @@
 """The Llama-family decoder (Llama 2/3, SmolLM2, Mistral dense, Qwen2, Qwen3) over a paged KV cache.
 
-The variants differ only in flags from ModelArgs: QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3).
+The variants differ only in flags from ModelArgs: QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3). Sliding
+windows come from the config for every family (sliding_windows) and are enforced in the attention.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from inference.models.args import ModelArgs
-from inference.models.attention.base import AttentionBackend
+from inference.models.attention.base import AttentionBackend, sequence_lengths
 from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks
 from inference.models.kv_cache import KVCacheSpec
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
@@ -25,9 +26,13 @@ from inference.models.rotary import RotaryEmbedding, apply_rotary
 class PagedAttention(nn.Module):
     """Holds one layer's cache and delegates to the backend the runner binds."""
 
-    def __init__(self, scale: float) -> None:
+    def __init__(
+        self, scale: float, *, sliding_window: int | None = None, softcap: float | None = None
+    ) -> None:
         super().__init__()
         self.scale = scale
+        self.sliding_window = sliding_window  # keys per row, the row's own included (transformers' window)
+        self.softcap = softcap  # attention-logit soft cap (Gemma 2)
         self.backend: AttentionBackend | None = None
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
@@ -35,7 +40,17 @@ class PagedAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any) -> torch.Tensor:
         if self.backend is None:
             raise RuntimeError("no KV cache bound: call bind_kv_cache() before running the model")
-        return self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        return self.backend.forward(
+            q,
+            k,
+            v,
+            self.k_cache,
+            self.v_cache,
+            meta,
+            self.scale,
+            window=self.sliding_window,
+            softcap=self.softcap,
+        )
 
 
 class DecoderAttention(nn.Module):
@@ -116,13 +131,17 @@ class DecoderForCausalLM(nn.Module):
     # same tensors differently (Mixtral's block_sparse_moe.experts.N.w1) map onto one module layout.
     checkpoint_renames: ClassVar[tuple[tuple[str, str], ...]] = ()
     # Every layer is the plain Llama recipe (RMSNorm, rotary attention over the whole context, SwiGLU): the
-    # fused native decode path (fused_decode.py) computes exactly that and nothing else.
+    # fused native decode path (fused_decode.py) computes exactly that and nothing else (and no window).
     plain_layers: ClassVar[bool] = True
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__()
         self.args = self.model_args(config)
         self.model = DecoderModel(self.args, self.make_layer)
+        windows = self.sliding_windows(config)
+        for layer, window in zip(self.decoder_layers(), windows, strict=True):
+            layer.self_attn.attn.sliding_window = window
+        self.has_sliding_window = any(window is not None for window in windows)
         self.rotary = RotaryEmbedding(self.args.head_dim, self.args.rope)
         self.lm_head = (
             None
@@ -155,12 +174,26 @@ class DecoderForCausalLM(nn.Module):
 
     @classmethod
     def context_length(cls, config: PretrainedConfig) -> int:
-        length = int(getattr(config, "max_position_embeddings", 2048))
-        # We attend over the whole context: a sliding-window model (Mistral v0.1) is exact only in its window.
+        return int(getattr(config, "max_position_embeddings", 2048))
+
+    @classmethod
+    def sliding_windows(cls, config: PretrainedConfig) -> list[int | None]:
+        """Each layer's window as transformers applies it: per `layer_types` where the config has them
+        (Gemma, Qwen2), else on every layer where `sliding_window` is set and not switched off."""
+        layers = int(config.num_hidden_layers)
         window = getattr(config, "sliding_window", None)
-        if window and (getattr(config, "use_sliding_window", True) is not False):
-            length = min(length, int(window))
-        return length
+        if not window:
+            return [None] * layers
+        types = getattr(config, "layer_types", None)
+        if types is not None:
+            return [int(window) if kind == "sliding_attention" else None for kind in types]
+        if getattr(config, "use_sliding_window", True) is False:
+            return [None] * layers
+        return [int(window)] * layers
+
+    @property
+    def has_softcap(self) -> bool:
+        return any(layer.self_attn.attn.softcap is not None for layer in self.decoder_layers())
 
     def kv_cache_spec(self, dtype: torch.dtype) -> KVCacheSpec:
         return KVCacheSpec(self.args.num_layers, self.args.num_kv_heads, self.args.head_dim, dtype)
@@ -179,7 +212,8 @@ class DecoderForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Any) -> torch.Tensor:
         h = self.model.embed_tokens(input_ids)
-        cos, sin = self.rotary.cos_sin(positions, h.dtype)
+        lengths = sequence_lengths(meta, positions) if self.rotary.by_sequence_length else None
+        cos, sin = self.rotary.cos_sin(positions, h.dtype, lengths)
         for layer in self.decoder_layers():
             h = layer(h, cos, sin, meta)
         return self.model.norm(h)

@@ -47,7 +47,7 @@ class FusedDecode:
     def build(cls, model: DecoderForCausalLM) -> FusedDecode | None:
         """The fused path for `model`, or None where any layer cannot take it."""
         args = model.args
-        if not model.plain_layers:
+        if not model.plain_layers or model.has_sliding_window:  # (a Qwen2 config may switch one on)
             return None
         if args.qkv_bias or args.o_bias or args.mlp_bias or args.qk_norm:
             return None

@@ -1,6 +1,8 @@
-"""Building blocks of our decoder models: RMSNorm, linears, fused QKV and gate-up projections."""
+"""Building blocks of our decoder models: RMSNorms, linears, fused QKV and gate-up projections."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,15 @@ class RMSNorm(nn.Module):
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(dtype)
+
+
+class OffsetRMSNorm(RMSNorm):
+    """Gemma's RMSNorm: the weight is stored as an offset from 1, and multiplies before the cast back."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (1.0 + self.weight.float())).to(x.dtype)
 
 
 class Linear(nn.Linear):
@@ -63,15 +74,22 @@ class QKVLinear(ShardedLinear):
         self.split_sizes = [q, kv, kv]
 
 
-class GatedMLP(nn.Module):
-    """SwiGLU MLP with gate and up fused into one matmul."""
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GeGLU (Gemma)
+}
 
-    def __init__(self, hidden: int, intermediate: int, *, bias: bool) -> None:
+
+class GatedMLP(nn.Module):
+    """SwiGLU (or GeGLU) MLP with gate and up fused into one matmul."""
+
+    def __init__(self, hidden: int, intermediate: int, *, bias: bool, activation: str = "silu") -> None:
         super().__init__()
         self.gate_up_proj = ShardedLinear(hidden, {"gate": intermediate, "up": intermediate}, bias=bias)
         self.down_proj = Linear(intermediate, hidden, bias=bias)
         self.intermediate = intermediate
+        self.act = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.act(gate) * up)

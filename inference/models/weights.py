@@ -43,7 +43,12 @@ def load_weights(model: DecoderForCausalLM, model_dir: Path, *, blocks: BlockOnl
                     continue  # tied: the embedding serves as lm_head
                 if blocks is not None and blocks.takes(ours, _row_reader(f, name)):
                     continue
-                pending.discard(_load_one(ours, f.get_tensor(name), params, modules, model))
+                filled, shard = _load_one(ours, f.get_tensor(name), params, modules, model)
+                owner = modules[filled.rpartition(".")[0]]
+                if not shard and isinstance(owner, ShardedLinear):
+                    # A checkpoint that already fuses them (Phi-3's qkv_proj, gate_up_proj) fills every shard.
+                    pending.difference_update((filled, each) for each in owner.shard_offsets)
+                pending.discard((filled, shard))
     if pending:
         missing = sorted({name for name, _ in pending})
         raise ValueError(f"checkpoint in {model_dir} is missing weights: {', '.join(missing[:8])}")

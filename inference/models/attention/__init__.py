@@ -27,6 +27,8 @@ def select_backend(
     num_kv_heads: int,
     head_dim: int,
     native_kernels: bool = False,
+    sliding_window: bool = False,
+    softcap: bool = False,
 ) -> AttentionBackend:
     """With "auto" on CUDA: flash-attn where it reads the cache in place, else Triton, else torch.
 
@@ -36,6 +38,8 @@ def select_backend(
     loud; "triton" off CUDA needs TRITON_INTERPRET=1 (Triton's CPU interpreter, which the tests use).
     native_kernels: the caller loaded csrc/'s library; the torch backend then attends in bf16 through its
     prompt_attention op.
+    sliding_window / softcap: some layer of the model needs that; every backend has both except a
+    flash-attn too old for them, which "auto" then passes over and an explicit "flash_attn" refuses.
     """
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
@@ -46,7 +50,12 @@ def select_backend(
     if name == "flash_attn" or (name == "auto" and block_size % PAGED_BLOCK_MULTIPLE == 0):
         flash = _flash_backend(name, cuda=cuda, dtype=dtype, block_size=block_size)
         if flash is not None:
-            return flash
+            missing = _missing_features(flash, sliding_window=sliding_window, softcap=softcap)
+            if not missing:
+                return flash
+            if name == "flash_attn":
+                raise ValueError(f"attention_backend='flash_attn': this flash-attn has no {missing}")
+            logger.info("flash-attn lacks %s for this model; using Triton", missing)
     return _triton_backend(name, cuda=cuda, num_kv_heads=num_kv_heads, head_dim=head_dim)
 
 
@@ -66,6 +75,15 @@ def _flash_backend(name: str, *, cuda: bool, dtype: torch.dtype, block_size: int
             ) from exc
         logger.info("flash-attn unavailable (%s)", exc)
         return None
+
+
+def _missing_features(backend: AttentionBackend, *, sliding_window: bool, softcap: bool) -> str:
+    needed = {"window_size": sliding_window, "softcap": softcap}
+    have = {
+        "window_size": getattr(backend, "supports_window", True),
+        "softcap": getattr(backend, "supports_softcap", True),
+    }
+    return " or ".join(name for name, need in needed.items() if need and not have[name])
 
 
 def _triton_backend(name: str, *, cuda: bool, num_kv_heads: int, head_dim: int) -> AttentionBackend:

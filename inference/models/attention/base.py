@@ -39,8 +39,16 @@ class AttentionBackend(ABC):
         v_cache: torch.Tensor,
         meta: Any,
         scale: float,
+        *,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
-        """Store k/v ([T, Hkv, D]) into the cache, then attend q ([T, H, D]) over each sequence's context."""
+        """Store k/v ([T, Hkv, D]) into the cache, then attend q ([T, H, D]) over each sequence's context.
+
+        window: a row at position p sees only keys after p - window (transformers' sliding window: the row's
+        own key and the window - 1 before it). softcap: scores (after `scale`) become
+        softcap * tanh(score / softcap) before the softmax, as Gemma 2 does.
+        """
 
 
 def write_kv(
@@ -49,6 +57,19 @@ def write_kv(
     """Scatter the step's new keys/values into their cache slots (cache viewed as [num_slots, Hkv, D])."""
     k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k.to(k_cache.dtype))
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v.to(v_cache.dtype))
+
+
+def sequence_lengths(meta: Any, positions: torch.Tensor) -> torch.Tensor:
+    """Per token, its sequence's length once this step is done (what LongRoPE picks its factors by).
+
+    Metadata without the step's lengths is a decode-only step (a CUDA graph's): each token ends its sequence.
+    """
+    lens = getattr(meta, "step_lens", None)
+    if lens is None:
+        return positions + 1
+    query_lens, context_lens = lens
+    per_token = np.repeat(np.asarray(context_lens, dtype=np.int64), query_lens)
+    return torch.from_numpy(per_token).to(positions.device, non_blocking=True)
 
 
 def padded_block_table(

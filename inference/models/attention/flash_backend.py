@@ -3,10 +3,14 @@
 Upstream flash-attn only accepts a block_table when the page size is a multiple of 256; for smaller blocks
 we gather each sequence's keys/values into a packed buffer and run the same varlen kernel without one.
 flash-attn's causal mask is bottom-right aligned, which is what chunked prefill and prefix hits need.
+Sliding windows and logit soft-capping go to its window_size and softcap arguments where the installed
+version has them (window_size since 2.3, softcap since 2.6); the selector sends models that need what it
+lacks to Triton, and a forward asked for one anyway fails rather than attend over the wrong keys.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +32,7 @@ class FlashAttentionMetadata:
     decode_only: bool
     block_table: torch.Tensor | None  # [B, max_blocks] int32, when the cache can be read paged
     key_slots: torch.Tensor | None  # [sum(context_lens)] int64, when it must be gathered
+    step_lens: tuple[list[int], list[int]] | None = None  # (query_lens, context_lens): sequence_lengths()
 
 
 class FlashAttentionBackend(AttentionBackend):
@@ -39,6 +44,10 @@ class FlashAttentionBackend(AttentionBackend):
         self._varlen: Any = flash_attn_varlen_func
         self._with_kvcache: Any = flash_attn_with_kvcache
         self.paged = block_size % PAGED_BLOCK_MULTIPLE == 0
+        both = set(inspect.signature(flash_attn_varlen_func).parameters)
+        both &= set(inspect.signature(flash_attn_with_kvcache).parameters)
+        self.supports_window = "window_size" in both
+        self.supports_softcap = "softcap" in both
 
     def build_metadata(self, layout: BatchLayout) -> FlashAttentionMetadata:
         device, bs = layout.device, layout.block_size
@@ -66,6 +75,7 @@ class FlashAttentionBackend(AttentionBackend):
             decode_only=max(layout.query_lens) == 1,
             block_table=table if self.paged else None,
             key_slots=key_slots,
+            step_lens=(layout.query_lens, layout.context_lens),
         )
 
     def forward(
@@ -77,7 +87,11 @@ class FlashAttentionBackend(AttentionBackend):
         v_cache: torch.Tensor,
         meta: FlashAttentionMetadata,
         scale: float,
+        *,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
+        extra = self._options(window, softcap)
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.block_table is not None and meta.decode_only:
             out = self._with_kvcache(
@@ -88,6 +102,7 @@ class FlashAttentionBackend(AttentionBackend):
                 block_table=meta.block_table,
                 softmax_scale=scale,
                 causal=True,
+                **extra,
             )
             return out.squeeze(1)
         if meta.key_slots is None:
@@ -106,4 +121,19 @@ class FlashAttentionBackend(AttentionBackend):
             softmax_scale=scale,
             causal=True,
             block_table=meta.block_table,
+            **extra,
         )
+
+    def _options(self, window: int | None, softcap: float | None) -> dict[str, Any]:
+        """The kernel arguments for a window and a soft cap; none for plain layers (any version)."""
+        extra: dict[str, Any] = {}
+        if window is not None:
+            if not self.supports_window:
+                raise ValueError("this flash-attn has no window_size: a sliding-window layer needs >= 2.3")
+            # Keys [p - (window - 1), p]: transformers' window of `window` keys, the row's own included.
+            extra["window_size"] = (window - 1, 0)
+        if softcap is not None:
+            if not self.supports_softcap:
+                raise ValueError("this flash-attn has no softcap: a soft-capped layer needs >= 2.6")
+            extra["softcap"] = softcap
+        return extra

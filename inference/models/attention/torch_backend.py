@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from inference.models.attention.base import AttentionBackend, BatchLayout, padded_block_table, write_kv
+from inference.models.attention.eager import attend, first_visible_key, window_mask
 
 
 @dataclass(slots=True)
@@ -33,6 +33,20 @@ class PrefillSpan:
     context_len: int
     blocks: torch.Tensor | None  # None when the chunk is the whole context: attend to the fresh k/v directly
     mask: torch.Tensor | None  # [query_len, context_len] bool, True = attend
+    # Per sliding window (layers may differ): the first key the rows see and their mask over keys from there.
+    windowed: dict[int, tuple[int, torch.Tensor]] = field(default_factory=dict)
+
+    def keys_for(self, window: int | None, device: torch.device) -> tuple[int, torch.Tensor | None]:
+        """(first visible key, mask over keys [first, context_len)); the causal mask where nothing is cut."""
+        query_len = self.q_end - self.q_start
+        if window is None or window >= self.context_len:
+            return 0, self.mask
+        if window not in self.windowed:
+            first = first_visible_key(self.context_len, query_len, window)
+            query_pos = torch.arange(self.context_len - query_len, self.context_len, device=device)
+            mask = window_mask(query_pos, torch.arange(first, self.context_len, device=device), window)
+            self.windowed[window] = (first, mask)
+        return self.windowed[window]
 
 
 @dataclass(slots=True)
@@ -42,6 +56,8 @@ class TorchAttentionMetadata:
     decode_blocks: torch.Tensor | None = None  # [B * max_blocks] int64: the padded block tables, flattened
     decode_width: int = 0  # max_blocks: blocks per row of the padded tables
     decode_mask: torch.Tensor | None = None  # [B, 1, 1, max_blocks * block_size] bool
+    decode_lengths: torch.Tensor | None = None  # [B, 1] context lengths of the decode rows
+    decode_window_masks: dict[int, torch.Tensor] = field(default_factory=dict)
     all_decode: bool = False  # every token is a decode row, in order: skip the scatter
     prefills: list[PrefillSpan] = field(default_factory=list)
     # The native path: every sequence's chunk as int64 [chunks, 3] (first token, tokens, context) and the
@@ -51,6 +67,18 @@ class TorchAttentionMetadata:
     # (K, V) gather targets, made by the first layer and overwritten by each later one: layers run one after
     # another (and in stream order on CUDA), so one buffer pair serves the whole step.
     workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+    # (query_lens, context_lens) of the step on the host: what sequence_lengths() reads.
+    step_lens: tuple[list[int], list[int]] | None = None
+
+    def decode_mask_for(self, window: int | None) -> torch.Tensor | None:
+        """The decode rows' mask, cut to the last `window` keys where given (made once per window)."""
+        if window is None or self.decode_mask is None or self.decode_lengths is None:
+            return self.decode_mask
+        if window not in self.decode_window_masks:
+            key_pos = torch.arange(self.decode_mask.shape[-1], device=self.decode_mask.device)
+            recent = key_pos[None, :] >= self.decode_lengths - window
+            self.decode_window_masks[window] = self.decode_mask & recent[:, None, None, :]
+        return self.decode_window_masks[window]
 
     def decode_workspace(self, k_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.workspace is None or self.workspace[0].dtype != k_cache.dtype:
@@ -73,6 +101,7 @@ class TorchAttentionBackend(AttentionBackend):
 
     def build_metadata(self, layout: BatchLayout) -> TorchAttentionMetadata:
         meta = self.new_metadata(layout.slot_mapping)
+        meta.step_lens = (layout.query_lens, layout.context_lens)
         bs, device = layout.block_size, layout.device
         if self.native:
             # Single rows too: a prompt whose last chunk is one token is computed as any other chunk.
@@ -121,6 +150,7 @@ class TorchAttentionBackend(AttentionBackend):
         lengths = torch.tensor(context_lens, device=table.device)
         key_pos = torch.arange(table.shape[1] * block_size, device=table.device)
         meta.decode_mask = (key_pos[None, :] < lengths[:, None])[:, None, None, :]
+        meta.decode_lengths = lengths[:, None]
 
     def forward(
         self,
@@ -131,32 +161,53 @@ class TorchAttentionBackend(AttentionBackend):
         v_cache: torch.Tensor,
         meta: TorchAttentionMetadata,
         scale: float,
+        *,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         self.store(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.all_decode:
-            return self.decode(q, k_cache, v_cache, meta, scale)
+            return self.decode(q, k_cache, v_cache, meta, scale, window=window, softcap=softcap)
         if meta.native_chunks is not None and meta.native_tables is not None:
             return torch.ops.mooncake_q4.prompt_attention(
-                q.contiguous(), k_cache, v_cache, meta.native_tables, meta.native_chunks, scale
+                q.contiguous(),
+                k_cache,
+                v_cache,
+                meta.native_tables,
+                meta.native_chunks,
+                scale,
+                window or 0,  # the op's "none"
+                softcap or 0.0,
             )
         out = torch.empty_like(q)
         if meta.decode_token_idx is not None:
-            od = self.decode(q.index_select(0, meta.decode_token_idx), k_cache, v_cache, meta, scale)
+            od = self.decode(
+                q.index_select(0, meta.decode_token_idx),
+                k_cache,
+                v_cache,
+                meta,
+                scale,
+                window=window,
+                softcap=softcap,
+            )
             out.index_copy_(0, meta.decode_token_idx, od)
-        gqa = q.shape[1] != k.shape[1]
+        block = k_cache.shape[1]
         for span in meta.prefills:
+            first, mask = span.keys_for(window, q.device)
             # 4-D [1, heads, tokens, head_dim]: with 3-D inputs and GQA, CPU SDPA falls back to its math
             # kernel, 11x slower than the flash kernel for a 400-token bf16 prompt.
             qi = q[span.q_start : span.q_end].transpose(0, 1)[None]
-            if span.blocks is None:
+            if span.blocks is None:  # a fresh prompt: its first row sees key 0, so first == 0
                 ki = k[span.q_start : span.q_end].transpose(0, 1)[None]
                 vi = v[span.q_start : span.q_end].transpose(0, 1)[None]
             else:
-                ki = k_cache[span.blocks].flatten(0, 1)[: span.context_len].transpose(0, 1)[None].to(q.dtype)
-                vi = v_cache[span.blocks].flatten(0, 1)[: span.context_len].transpose(0, 1)[None].to(q.dtype)
-            oi = F.scaled_dot_product_attention(
-                qi, ki, vi, attn_mask=span.mask, is_causal=span.mask is None, scale=scale, enable_gqa=gqa
-            )
+                # Only the blocks holding visible keys are gathered: a window bounds the work per chunk.
+                skip = first // block * block
+                blocks = span.blocks[first // block :]
+                keys = slice(first - skip, span.context_len - skip)
+                ki = k_cache[blocks].flatten(0, 1)[keys].transpose(0, 1)[None].to(q.dtype)
+                vi = v_cache[blocks].flatten(0, 1)[keys].transpose(0, 1)[None].to(q.dtype)
+            oi = attend(qi, ki, vi, mask=mask, scale=scale, softcap=softcap)
             out[span.q_start : span.q_end] = oi[0].transpose(0, 1)
         return out
 
@@ -177,6 +228,9 @@ class TorchAttentionBackend(AttentionBackend):
         v_cache: torch.Tensor,
         meta: TorchAttentionMetadata,
         scale: float,
+        *,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         """Attention of the decode rows' queries q [B, H, D] over their cached contexts."""
         if meta.decode_blocks is None:
@@ -188,11 +242,7 @@ class TorchAttentionBackend(AttentionBackend):
         rows = (q.shape[0], meta.decode_width * k_cache.shape[1], *k_cache.shape[2:])
         kd = kbuf.view(rows).transpose(1, 2)
         vd = vbuf.view(rows).transpose(1, 2)
-        return F.scaled_dot_product_attention(
-            q.unsqueeze(2),
-            kd.to(q.dtype),
-            vd.to(q.dtype),
-            attn_mask=meta.decode_mask,
-            scale=scale,
-            enable_gqa=q.shape[1] != k_cache.shape[2],
+        mask = meta.decode_mask_for(window)
+        return attend(
+            q.unsqueeze(2), kd.to(q.dtype), vd.to(q.dtype), mask=mask, scale=scale, softcap=softcap
         ).squeeze(2)

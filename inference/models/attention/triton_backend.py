@@ -75,11 +75,22 @@ class TritonAttentionBackend(TorchAttentionBackend):
         v_cache: torch.Tensor,
         meta: TorchAttentionMetadata,
         scale: float,
+        *,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         if not isinstance(meta, TritonAttentionMetadata) or meta.decode_table is None:
             raise ValueError("decode metadata is missing its block table")
         if meta.decode_context_lens is None:
             raise ValueError("decode metadata is missing its context lengths")
         return paged_decode(
-            q, k_cache, v_cache, meta.decode_table, meta.decode_context_lens, scale, meta.decode_splits
+            q,
+            k_cache,
+            v_cache,
+            meta.decode_table,
+            meta.decode_context_lens,
+            scale,
+            meta.decode_splits,
+            window=window,
+            softcap=softcap,
         )

@@ -21,6 +21,7 @@ import triton.language as tl
 
 TILE = 64  # cache positions per loop iteration of a decode program
 MAX_SPLITS = 16
+LOG2E = 1.4426950408889634
 
 
 @triton.jit
@@ -58,6 +59,9 @@ def _paged_decode_kernel(
     sum_ptr,
     acc_ptr,
     scale_log2,
+    window,
+    cap_scale,
+    cap_log2,
     stride_qb,
     stride_qh,
     stride_tb,
@@ -71,15 +75,20 @@ def _paged_decode_kernel(
     TILE_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     context_len = tl.load(context_lens_ptr + seq)
-    num_tiles = tl.cdiv(context_len, TILE_N)
-    tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
-    first_tile = split * tiles_per_split
-    last_tile = tl.minimum(first_tile + tiles_per_split, num_tiles)
+    # A sliding window (window > 0) hides keys at or before context_len - 1 - window: tiles wholly
+    # before the first visible key are never read.
+    oldest = tl.where(window > 0, tl.maximum(context_len - window, 0), 0)
+    start_tile = oldest // TILE_N
+    end_tile = tl.cdiv(context_len, TILE_N)
+    tiles_per_split = tl.cdiv(end_tile - start_tile, NUM_SPLITS)
+    first_tile = start_tile + split * tiles_per_split
+    last_tile = tl.minimum(first_tile + tiles_per_split, end_tile)
 
     group = tl.arange(0, GROUP_PAD)
     in_group = group < GROUP
@@ -96,12 +105,19 @@ def _paged_decode_kernel(
     token_stride = NUM_KV_HEADS * HEAD_DIM
     for tile in range(first_tile, last_tile):
         pos = tile * TILE_N + tl.arange(0, TILE_N)
-        valid = pos < context_len
+        valid = (pos < context_len) & (pos >= oldest)
         block = tl.load(table_ptr + seq * stride_tb + pos // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
         offsets = (block * BLOCK_SIZE + pos % BLOCK_SIZE) * token_stride + kv_head * HEAD_DIM
         keys = tl.load(k_cache_ptr + offsets[:, None] + dims[None, :], mask=valid[:, None], other=0.0)
         scores = tl.dot(q, tl.trans(keys), input_precision=DOT_PRECISION)
-        scores = tl.where(valid[None, :], scores * scale_log2, float("-inf"))
+        if SOFTCAP:
+            # softcap * tanh(scale * qk / softcap), in log2 units; tanh(x) = 1 - 2 / (1 + e^2x) saturates
+            # cleanly at both ends (e^2x overflowing to inf gives 1).
+            capped = 1.0 - 2.0 / (1.0 + tl.exp(2.0 * scores * cap_scale))
+            scores = capped * cap_log2
+        else:
+            scores = scores * scale_log2
+        scores = tl.where(valid[None, :], scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, 1))
         rescale = tl.exp2(running_max - new_max)
         probs = tl.exp2(scores - new_max[:, None])
@@ -188,8 +204,12 @@ def paged_decode(
     context_lens: torch.Tensor,
     scale: float,
     splits: int,
+    *,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """One query per sequence, q [B, H, D], over its first context_lens[b] cached positions -> [B, H, D].
+    """One query per sequence, q [B, H, D], over its first context_lens[b] cached positions -> [B, H, D];
+    with a window, over only the last `window` of them; with softcap, scores soft-capped (eager.py).
 
     block_table [B, W] int32 holds at least ceil(context_len / block_size) blocks per row; context_lens
     [B] int32 must be >= 1 (a captured padding row uses 1, and reads block 0's first slot harmlessly).
@@ -218,7 +238,10 @@ def paged_decode(
         maxes,
         sums,
         accs,
-        scale * 1.4426950408889634,  # log2(e): the kernel uses exp2
+        scale * LOG2E,  # the kernel uses exp2
+        window or 0,
+        scale / softcap if softcap else 0.0,
+        softcap * LOG2E if softcap else 0.0,
         q.stride(0),
         q.stride(1),
         block_table.stride(0),
@@ -233,6 +256,7 @@ def paged_decode(
         NUM_SPLITS=splits,
         # fp32 caches get exact products, not the tensor cores' tf32 (bf16 and fp16 ignore this).
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
+        SOFTCAP=bool(softcap),
     )
     if splits > 1:
         _merge_splits_kernel[(batch, num_heads)](

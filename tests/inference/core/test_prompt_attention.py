@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -51,15 +52,35 @@ class Cache:
         return torch.randn(rows, self.heads, self.head_dim, generator=self.gen).bfloat16()
 
     def attend(
-        self, q: torch.Tensor, chunks: list[Chunk], sequences: list[int], scale: float = 0.125
+        self,
+        q: torch.Tensor,
+        chunks: list[Chunk],
+        sequences: list[int],
+        scale: float = 0.125,
+        window: int = 0,
+        softcap: float = 0.0,
     ) -> torch.Tensor:
         tables = torch.stack([self.table(s) for s in sequences]).contiguous()
+        chunk_tensor = torch.tensor(chunks, dtype=torch.int64)
+        if not window and not softcap:  # the op's defaults: the call without them stays valid
+            return torch.ops.mooncake_q4.prompt_attention(
+                q.contiguous(), self.k, self.v, tables, chunk_tensor, scale
+            )
         return torch.ops.mooncake_q4.prompt_attention(
-            q.contiguous(), self.k, self.v, tables, torch.tensor(chunks, dtype=torch.int64), scale
+            q.contiguous(), self.k, self.v, tables, chunk_tensor, scale, window, softcap
         )
 
-    def reference(self, q: torch.Tensor, start: int, sequence: int, scale: float = 0.125) -> torch.Tensor:
-        """fp32 causal attention of rows at positions start.. over the sequence's cached keys."""
+    def reference(
+        self,
+        q: torch.Tensor,
+        start: int,
+        sequence: int,
+        scale: float = 0.125,
+        window: int = 0,
+        softcap: float = 0.0,
+    ) -> torch.Tensor:
+        """fp32 causal attention of rows at positions start.. over the sequence's cached keys; a row at p sees
+        keys (p - window, p] where window > 0, scores soft-capped where softcap > 0."""
         rows, context = q.shape[0], start + q.shape[0]
         slots = (
             self.table(sequence).long()[:, None] * self.block_size + torch.arange(self.block_size)
@@ -68,7 +89,10 @@ class Cache:
         k = self.k.flatten(0, 1)[slots[:context]].float().repeat_interleave(group, 1)
         v = self.v.flatten(0, 1)[slots[:context]].float().repeat_interleave(group, 1)
         scores = torch.einsum("thd,khd->htk", q.float(), k) * scale
-        visible = torch.arange(context)[None, :] <= (start + torch.arange(rows))[:, None]
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        offset = (start + torch.arange(rows))[:, None] - torch.arange(context)[None, :]
+        visible = (offset >= 0) & (offset < window if window else True)
         return torch.einsum("htk,khd->thd", scores.masked_fill(~visible, float("-inf")).softmax(-1), v)
 
 
@@ -119,6 +143,35 @@ def test_rows_do_not_depend_on_the_cut_or_the_company() -> None:
     assert torch.equal(mixed[35:60], whole[400:425])
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(9, 3, 64), (16, 4, 128), (4, 2, 32)])
+@pytest.mark.parametrize(("start", "rows"), [(0, 40), (300, 25), (37, 3), (113, 1), (5, 1)])
+@pytest.mark.parametrize(("window", "softcap"), [(33, 0.0), (1, 0.0), (0, 1.5), (20, 3.0)])
+def test_windowed_and_soft_capped_rows_match_fp32_attention(
+    heads: int, kv_heads: int, head_dim: int, start: int, rows: int, window: int, softcap: float
+) -> None:
+    cache = Cache(heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    # Scores several times the cap, so the cap bends them.
+    q = (cache.queries(rows).float() * 4).bfloat16()
+    out = cache.attend(q, [(0, rows, start + rows)], [0], window=window, softcap=softcap).float()
+    ref = cache.reference(q, start, 0, window=window, softcap=softcap)
+    assert torch.allclose(out, ref, rtol=2**-7, atol=1e-3), (out - ref).abs().max()
+
+
+def test_windowed_rows_do_not_depend_on_the_cut_or_the_company() -> None:
+    cache = Cache(heads=9, kv_heads=3, head_dim=64)
+    q = cache.queries(300)
+    options: dict[str, Any] = {"window": 37, "softcap": 2.0}
+    whole = cache.attend(q, [(0, 300, 300)], [0], **options)
+    cuts = [0, 5, 16, 40, 41, 170, 299, 300]
+    pieces = list(itertools.pairwise(cuts))
+    in_one_call = cache.attend(q, [(a, b - a, b) for a, b in pieces], [0] * len(pieces), **options)
+    one_by_one = torch.cat([cache.attend(q[a:b], [(0, b - a, b)], [0], **options) for a, b in pieces])
+    assert torch.equal(in_one_call, whole) and torch.equal(one_by_one, whole)
+    others = cache.queries(30)
+    mixed = cache.attend(torch.cat([others, q[200:230]]), [(0, 30, 90), (30, 30, 230)], [1, 0], **options)
+    assert torch.equal(mixed[30:], whole[200:230])
+
+
 def test_bad_inputs_are_refused() -> None:
     cache = Cache(heads=9, kv_heads=3, head_dim=64)
     q = cache.queries(4)
@@ -131,6 +184,8 @@ def test_bad_inputs_are_refused() -> None:
         cache.attend(q, [(2, 4, 20)], [0])
     with pytest.raises(RuntimeError, match="contiguous bf16"):
         torch.ops.mooncake_q4.prompt_attention(q.float(), cache.k, cache.v, tables, chunks, 0.125)
+    with pytest.raises(RuntimeError, match="window and softcap must be >= 0"):
+        torch.ops.mooncake_q4.prompt_attention(q, cache.k, cache.v, cache.table(0)[None], chunks, 0.125, -1)
 
 
 @pytest.fixture(scope="module")

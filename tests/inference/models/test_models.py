@@ -142,6 +142,10 @@ def test_step_logits_shape_and_dtype(default_loaded: LoadedModel) -> None:
         "qwen2-moe",
         "qwen3-moe",
         "olmoe",
+        "mistral-window",
+        "gemma2",
+        "gemma3",
+        "phi3-longrope",
     ],
 )
 def test_tiny_architectures_match_hf(tiny_model_dir: Callable[[str], Path], name: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from inference.models.attention import BatchLayout, select_backend
+from inference.models.attention.base import sequence_lengths
 from inference.models.attention.torch_backend import TorchAttentionBackend
 from inference.models.attention.triton_backend import TritonAttentionBackend
 from inference.models.attention.triton_decode import num_splits, paged_decode, store_kv, supports_head_dim
@@ -20,18 +21,28 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def reference_decode(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: list[list[int]], lens: list[int]
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tables: list[list[int]],
+    lens: list[int],
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """float64 softmax attention of each row's query over its first lens[b] cached positions (GQA)."""
+    """float64 softmax attention of each row's query over its first lens[b] cached positions (GQA), only the
+    last `window` of them where given, scores soft-capped by tanh where given."""
     rows = []
     block = k_cache.shape[1]
     for b, n in enumerate(lens):
         blocks = tables[b][: -(-n // block)]
-        k = k_cache[blocks].flatten(0, 1)[:n].double()
-        v = v_cache[blocks].flatten(0, 1)[:n].double()
+        first = max(0, n - window) if window else 0
+        k = k_cache[blocks].flatten(0, 1)[first:n].double()
+        v = v_cache[blocks].flatten(0, 1)[first:n].double()
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         scores = torch.einsum("hd,nhd->hn", q[b].double(), k) * q.shape[-1] ** -0.5
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
         rows.append(torch.einsum("hn,nhd->hd", scores.softmax(-1), v))
     return torch.stack(rows)
 
@@ -67,6 +78,34 @@ def test_paged_decode_matches_reference(
     lengths = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     out = paged_decode(q, k_cache, v_cache, table.to(DEVICE), lengths, dim**-0.5, splits)
     expected = reference_decode(q.cpu(), k_cache.cpu(), v_cache.cpu(), tables, lens)
+    error = (out.cpu().double() - expected).norm() / expected.norm()
+    assert error < (1e-6 if dtype == torch.float32 else 2e-3), f"relative error {error:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize(("window", "softcap"), [(50, None), (64, None), (1, None), (None, 0.8), (30, 1.5)])
+def test_paged_decode_window_and_softcap(
+    dtype: torch.dtype, splits: int, window: int | None, softcap: float | None
+) -> None:
+    block, heads, kv_heads, dim = 16, 4, 2, 32
+    k_cache, v_cache, perm = random_cache(40, block, kv_heads, dim, dtype, seed=splits + (window or 0))
+    # Shorter than the window; a window's start inside a tile and inside a block; on a tile boundary.
+    lens = [1, 17, 200, 128, 115]
+    tables, start = [], 0
+    for n in lens:
+        tables.append(perm[start : start + -(-n // block)])
+        start += len(tables[-1])
+    table = torch.zeros(len(lens), max(len(t) for t in tables), dtype=torch.int32)
+    for row, blocks in enumerate(tables):
+        table[row, : len(blocks)] = torch.tensor(blocks)
+    # Scores a few times the cap, so the cap bends them.
+    q = (4 * torch.randn(len(lens), heads, dim, generator=torch.Generator().manual_seed(2))).to(DEVICE, dtype)
+    lengths = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    out = paged_decode(
+        q, k_cache, v_cache, table.to(DEVICE), lengths, dim**-0.5, splits, window=window, softcap=softcap
+    )
+    expected = reference_decode(q.cpu(), k_cache.cpu(), v_cache.cpu(), tables, lens, window, softcap)
     error = (out.cpu().double() - expected).norm() / expected.norm()
     assert error < (1e-6 if dtype == torch.float32 else 2e-3), f"relative error {error:.2e}"
 
@@ -117,7 +156,10 @@ SPANS = [
 
 
 @pytest.mark.parametrize("spans", SPANS)
-def test_triton_backend_matches_torch_backend(spans: list[tuple[int, int]]) -> None:
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (5, None), (None, 0.6), (7, 2.0)])
+def test_triton_backend_matches_torch_backend(
+    spans: list[tuple[int, int]], window: int | None, softcap: float | None
+) -> None:
     block, heads, kv_heads, dim, num_blocks = 4, 4, 2, 16, 96
     gen = torch.Generator().manual_seed(len(spans))
     perm = torch.randperm(num_blocks, generator=gen).tolist()
@@ -150,7 +192,10 @@ def test_triton_backend_matches_torch_backend(spans: list[tuple[int, int]]) -> N
     outs = {}
     for name, backend in (("torch", TorchAttentionBackend()), ("triton", TritonAttentionBackend(kv_heads))):
         k_cache, v_cache = caches[name]
-        outs[name] = backend.forward(q, k, v, k_cache, v_cache, backend.build_metadata(layout), dim**-0.5)
+        meta = backend.build_metadata(layout)
+        outs[name] = backend.forward(
+            q, k, v, k_cache, v_cache, meta, dim**-0.5, window=window, softcap=softcap
+        )
     torch.testing.assert_close(outs["triton"], outs["torch"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(caches["triton"][0], caches["torch"][0], atol=0, rtol=0)
     torch.testing.assert_close(caches["triton"][1], caches["torch"][1], atol=0, rtol=0)
@@ -198,3 +243,23 @@ def test_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert select("auto", "cuda") == "torch"
     with pytest.raises(ValueError, match="Triton is not installed"):
         select("triton", "cuda")
+
+
+def test_sequence_lengths_per_token_for_longrope() -> None:
+    """Each token's sequence length after the step: from the step's lengths where the metadata has them, else
+    (a CUDA graph's decode-only metadata) each token's own position + 1."""
+    backend = TritonAttentionBackend(2)
+    layout = BatchLayout(
+        query_lens=[3, 1, 2],
+        context_lens=[3, 9, 12],
+        block_tables=[[0], [1, 2, 3], [4, 5, 6]],
+        slot_mapping=torch.tensor([0, 1, 2, 12, 26, 27]),
+        block_size=4,
+        device=torch.device("cpu"),
+    )
+    positions = torch.tensor([0, 1, 2, 8, 10, 11])
+    assert sequence_lengths(backend.build_metadata(layout), positions).tolist() == [3, 3, 3, 9, 12, 12]
+    graph = backend.graph_metadata(
+        torch.tensor([5, 40]), torch.zeros(2, 4, dtype=torch.int32), torch.tensor([6, 41], dtype=torch.int32)
+    )
+    assert sequence_lengths(graph, torch.tensor([5, 40])).tolist() == [6, 41]

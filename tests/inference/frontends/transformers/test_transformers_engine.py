@@ -101,9 +101,21 @@ def engine_and_dir(request: pytest.FixtureRequest, tiny_foreign: Callable[[str],
     engine.shutdown()
 
 
-def test_native_engine_names_the_transformers_option(tiny_foreign: Callable[[str], Path]) -> None:
+def test_native_engine_names_the_transformers_option(tmp_path: Path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    # GPT-NeoX: an architecture transformers implements and our engine does not.
+    config = AutoConfig.for_model(
+        "gpt_neox",
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
     with pytest.raises(ModelSourceError, match="type: transformers"):
-        load_model(str(tiny_foreign("gemma2")), dtype="float32", device="cpu")
+        load_model(str(tmp_path), dtype="float32", device="cpu")
 
 
 def test_greedy_batch_equals_transformers_generate(engine_and_dir: Any) -> None:
