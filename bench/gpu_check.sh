@@ -8,9 +8,9 @@
 #   bench/gpu_check.sh --models qwen3-0.6b --num-prompts 64    # any other bench.gpu_check option
 #   bench/gpu_check.sh --eager         # our engine without CUDA graphs (enforce_eager)
 #   bench/gpu_check.sh --sync-steps    # our engine without async scheduling (A/B against the pipeline)
-#   bench/gpu_check.sh --kernels       # instead of the above: the Triton kernels (paged decode with sliding
-#       windows and soft-capping, the fused MoE kernel; bench/gpu_kernels.py and its tests on CUDA) and a
-#       mixture-of-experts model through our engine against transformers (bench/gpu_moe_model.py), ~3 min
+#   bench/gpu_check.sh --kernels       # instead of the above: the Triton kernels (paged decode, the fused
+#       MoE kernel; bench/gpu_kernels.py) and a mixture-of-experts model through our engine against
+#       transformers (bench/gpu_moe_model.py), ~2 min
 #   bench/gpu_check.sh --models qwen3-0.6b --dtype float32 --oracle-only   # the strict fp32 oracle
 #       (tie tolerance 1e-3 instead of bf16 rounding; a minute or two on an H200)
 #
@@ -64,9 +64,7 @@ kernels() {
     preamble
     local failed=0
     timeout 240 "$PY" -m bench.gpu_kernels || failed=1
-    timeout 120 "$PY" -m pytest -q -p no:cacheprovider -p no:xdist -o addopts="" \
-        tests/inference/models/test_triton_attention.py tests/inference/models/test_moe_triton.py || failed=1
-    timeout 180 "$PY" -m bench.gpu_moe_model || failed=1
+    timeout 180 "$PY" -m bench.gpu_moe_model ${GPU_TOKENIZER:+--tokenizer "$GPU_TOKENIZER"} || failed=1
     return $failed
 }
 if [ "${1:-}" = "--kernels" ]; then

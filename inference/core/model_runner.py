@@ -127,7 +127,10 @@ class ModelRunner:
         self.model.bind_kv_cache(self.backend, caches)
         graphable = getattr(self.backend, "supports_cuda_graphs", False)
         if self.device.type == "cuda" and graphable and not enforce_eager:
-            self.decode_graphs = self._capture_decode_graphs(max_num_seqs)
+            if self.model.cuda_graph_capturable(self.device, loaded.dtype):
+                self.decode_graphs = self._capture_decode_graphs(max_num_seqs)
+            else:
+                logger.info("Decoding eagerly: the model's experts do not take the fused kernel here")
         if self.device.type == "cpu":
             self.fused_decode = FusedDecode.build(self.model)
         logger.info(

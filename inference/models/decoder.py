@@ -162,6 +162,10 @@ class DecoderForCausalLM(nn.Module):
             qk_norm=False,
         )
 
+    def cuda_graph_capturable(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether a decode step on `device` can be captured in a CUDA graph (no host reads mid-step)."""
+        return True
+
     def make_layer(self, index: int) -> nn.Module:
         """Layer `index` of the stack; families with other feed-forwards or attention override this."""
         return DecoderLayer(self.args)

@@ -94,6 +94,12 @@ class SparseMoE(nn.Module):
             out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out
 
+    def fused_ready(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether rows on `device` take the fused kernel (stacking the experts now if so). The per-expert
+        path reads its group sizes on the host, which a CUDA graph cannot capture."""
+        probe = torch.zeros(1, self.gate.in_features, device=device, dtype=dtype)
+        return self.stacked_experts(probe) is not None
+
     def stacked_experts(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The experts' gate_up [E, 2I, H] and down [E, H, I] weights as one tensor each, for the fused
         kernel, or None where it does not run (CPU, quantized experts, a shape it does not take). Built once:

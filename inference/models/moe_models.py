@@ -65,6 +65,9 @@ class MoEDecoderForCausalLM(DecoderForCausalLM):
         layers = int(config.num_hidden_layers)
         return {i for i in range(layers) if i not in dense and (i + 1) % step == 0}
 
+    def cuda_graph_capturable(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return all(m.fused_ready(device, dtype) for m in self.modules() if isinstance(m, SparseMoE))
+
     def make_layer(self, index: int) -> nn.Module:
         attention = self.make_attention()
         if index not in self.sparse:

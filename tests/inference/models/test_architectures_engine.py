@@ -91,3 +91,15 @@ def test_small_prefill_chunks_and_forced_preemption(case: tuple[LoadedModel, Any
     tight = engine_for(loaded, max_model_len=longest, kv_cache_memory_bytes=per_token * (longest + 48))
     assert replies(tight, prompts) == expected
     assert tight.stats().num_preemptions > 0
+
+
+def test_a_moe_model_is_captured_in_cuda_graphs_only_where_its_experts_take_the_fused_kernel(
+    tiny_model_dir: Callable[[str], Path],
+) -> None:
+    """The per-expert path reads group sizes on the host, which graph capture cannot hold: the runner asks
+    first, and a model whose experts stay per-expert (here: on CPU, no Triton) decodes eagerly."""
+    cpu = torch.device("cpu")
+    moe_model = cast(DecoderForCausalLM, load_model(str(tiny_model_dir("olmoe")), dtype="float32").model)
+    dense = cast(DecoderForCausalLM, load_model(str(tiny_model_dir("qwen2")), dtype="float32").model)
+    assert not moe_model.cuda_graph_capturable(cpu, torch.float32)
+    assert dense.cuda_graph_capturable(cpu, torch.float32)
