@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "bench" / ".llama-server"
 MODELS = ROOT / "bench" / ".models"
 SHARD_BYTES = 2 << 30
+COMPLETE = ".complete"  # written last: a folder without it was cut short
 
 SHAPES: dict[str, dict[str, Any]] = {
     # OLMoE-1B-7B-0924's body: 64 experts, 8 per token, 1.3B of 6.9B weights active.
@@ -84,6 +85,7 @@ def write_hf_folder(shape: str, folder: Path, seed: int = 0) -> None:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     folder.mkdir(parents=True, exist_ok=True)
+    config.architectures = [type(model).__name__]  # what llama.cpp's converter picks its model class by
     config.save_pretrained(folder)
     for file in tokenizer_dir.iterdir():
         if file.name.startswith(("tokenizer", "special_tokens", "chat_template")):
@@ -105,6 +107,7 @@ def write_hf_folder(shape: str, folder: Path, seed: int = 0) -> None:
             index += 1
             save_file(shard, str(folder / f"model-{index:05d}.safetensors"), metadata={"format": "pt"})
             shard, size = {}, 0
+    (folder / COMPLETE).touch()
 
 
 def checkpoint_entries(name: str, shape: Any) -> list[tuple[str, tuple[int, ...]]]:
@@ -132,8 +135,9 @@ def make(shape: str, types: list[str]) -> dict[str, Path]:
     made = {t: out / f"{shape}-{t}.gguf" for t in types}
     if not bf16.exists() and any(not p.exists() for p in made.values()):
         folder = out / "hf"
-        shutil.rmtree(folder, ignore_errors=True)
-        write_hf_folder(shape, folder)
+        if not (folder / COMPLETE).exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            write_hf_folder(shape, folder)
         env = {**os.environ, "PYTHONPATH": str(TOOLS / "convert" / "gguf-py")}
         converter = TOOLS / "convert" / "convert_hf_to_gguf.py"
         partial = bf16.with_suffix(".partial")
