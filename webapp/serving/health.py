@@ -1,31 +1,42 @@
-"""Readiness of the default engine, as /health reports it. Never claims ready unless the engine says so."""
+"""Readiness of the default engine, as /health reports it. Never claims ready unless the engine says so.
+
+Every caller gets the overall state; the models, and the default model's name in the reason, only go to
+callers who may see them (as_json): a restricted model's name is never shown to someone who may not use it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from inference.api import EngineError, ModelInfo
 from webapp.serving.runtime import get_runtime
 
+MaySee = Callable[[str], bool]
+
 
 @dataclass(frozen=True, slots=True)
 class Readiness:
     ready: bool
     status: str  # ok | no_engine | no_model | downloading | loading | restarting | failed | dead
-    reason: str | None = None
+    reason: str | None = None  # names the default model; a failure's details stay in the log
     model: str | None = None
     models: list[dict[str, Any]] = field(default_factory=list)
+    unnamed_reason: str | None = None  # the reason without the model's name
+    detailed_reason: str | None = None  # the reason with the failure's details
 
-    def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"status": self.status, "model": self.model, "models": self.models}
-        if self.reason is not None:
-            body["reason"] = self.reason
+    def as_json(self, may_see: MaySee | None) -> dict[str, Any]:
+        """The body for a caller who may see the models `may_see` accepts; None: only the overall state."""
+        body: dict[str, Any] = {"status": self.status}
+        shown = may_see is not None and (self.model is None or may_see(self.model))
+        reason = (self.detailed_reason or self.reason) if shown else (self.unnamed_reason or self.reason)
+        if may_see is not None:
+            body["model"] = self.model if shown else None
+            body["models"] = [m for m in self.models if may_see(m["name"])]
+        if reason is not None:
+            body["reason"] = reason
         return body
-
-
-# /health is public: load and crash errors (paths, CUDA messages) stay in the log and the staff console.
-FAILED = "failed; the details are in the server log"
 
 
 def _model_states(infos: list[ModelInfo]) -> list[dict[str, Any]]:
@@ -33,7 +44,8 @@ def _model_states(infos: list[ModelInfo]) -> list[dict[str, Any]]:
 
 
 def _model_state(info: ModelInfo) -> dict[str, Any]:
-    state: dict[str, Any] = {"name": info.name, "state": info.state, "error": FAILED if info.error else None}
+    # The error as the console's Models page shows it: only callers who may see the model get this entry.
+    state: dict[str, Any] = {"name": info.name, "state": info.state, "error": info.error}
     if info.download_bytes_done is not None:
         state["download"] = download_progress(info)
     return state
@@ -44,11 +56,25 @@ def download_progress(info: ModelInfo) -> dict[str, int | None]:
     return {"bytes_done": info.download_bytes_done, "bytes_total": info.download_bytes_total}
 
 
-def _hidden(what: str, detail: object) -> str:
-    """A public sentence for `what` that quotes a reference; the details go to the log under it (once:
-    every poll about the same failure quotes the same reference)."""
-    reference = get_runtime().health_log.failure(what, detail)
-    return f"{what}; the details are in the server log (request id {reference})."
+def _about(status: str, name: str | None, models: list[dict[str, Any]], predicate: str) -> Readiness:
+    """Not ready: the default model `predicate` ("is loading."), told with and without its name."""
+    named, unnamed = f"Model {name} {predicate}", f"The default model {predicate}"
+    return Readiness(False, status, named, name, models, unnamed_reason=unnamed)
+
+
+def _failure(
+    status: str, name: str | None, models: list[dict[str, Any]], what: tuple[str, str], detail: object
+) -> Readiness:
+    """`what` (named, unnamed) went wrong: the details are logged once, under the reference every answer
+    about it quotes; callers who may see the model get them too."""
+    named, unnamed = what
+    reference = get_runtime().health_log.failure(named, detail)
+    where = f"the details are in the server log (request id {reference})."
+    detailed = f"{named}: {detail} (request id {reference})." if detail else None
+    return Readiness(
+        False, status, f"{named}; {where}", name, models, unnamed_reason=f"{unnamed}; {where}",
+        detailed_reason=detailed,
+    )  # fmt: skip
 
 
 def default_engine_readiness() -> Readiness:
@@ -67,22 +93,19 @@ def _readiness() -> Readiness:
     try:
         engine = manager.peek(None)
     except EngineError:
-        state = next((m for m in models if m["name"] == default), None)
-        if state is not None and state["state"] == "downloading":
-            progress = state.get("download") or {}
-            done, total = progress.get("bytes_done") or 0, progress.get("bytes_total")
+        info = next((i for i in infos if i.name == default), None)
+        state = info.state if info is not None else None
+        if info is not None and state == "downloading":
+            done, total = info.download_bytes_done or 0, info.download_bytes_total
             of = f" of {total / 1e6:.1f}" if total else ""
-            reason = f"Model {default} is downloading ({done / 1e6:.1f}{of} MB)."
-            return Readiness(False, "downloading", reason, default, models)
-        if state is not None and state["state"] == "loading":
-            return Readiness(False, "loading", f"Model {default} is loading.", default, models)
-        if state is not None and state["state"] == "restarting":
-            reason = f"Model {default} stopped unexpectedly and is restarting."
-            return Readiness(False, "restarting", reason, default, models)
-        if state is not None and state["state"] == "failed":
-            error = next((i.error for i in infos if i.name == default), None)
-            reason = _hidden(f"Model {default} failed to load", error)
-            return Readiness(False, "failed", reason, default, models)
+            return _about("downloading", default, models, f"is downloading ({done / 1e6:.1f}{of} MB).")
+        if state == "loading":
+            return _about("loading", default, models, "is loading.")
+        if state == "restarting":
+            return _about("restarting", default, models, "stopped unexpectedly and is restarting.")
+        if info is not None and state == "failed":
+            what = (f"Model {default} failed to load", "The default model failed to load")
+            return _failure("failed", default, models, what, info.error)
         return Readiness(False, "no_model", "No model is loaded.", default, models)
     health = engine.health()
     # The manager's name is the one API clients use; engine.model_name is the model's source.
@@ -90,5 +113,6 @@ def _readiness() -> Readiness:
     if health.state == "ready":
         return Readiness(True, "ok", None, name, models)
     if health.state == "loading":
-        return Readiness(False, "loading", f"Model {name} is loading.", name, models)
-    return Readiness(False, "dead", _hidden(f"The engine of {name} stopped", health.error), name, models)
+        return _about("loading", name, models, "is loading.")
+    what = (f"The engine of {name} stopped", "The engine of the default model stopped")
+    return _failure("dead", name, models, what, health.error)

@@ -62,6 +62,8 @@ MOONCAKE_REPLICA_NAME = _server.replica_name or socket.gethostname()
 # When set, /metrics answers only `Authorization: Bearer <token>` (webapp.serving.metrics_view); a secret,
 # so it is not part of the config report's settings.
 MOONCAKE_METRICS_TOKEN = env_str("MOONCAKE_METRICS_TOKEN", "").strip()
+# Whether /metrics is refused while no token is set (production.py); open, it leaves out restricted models.
+MOONCAKE_METRICS_TOKEN_REQUIRED = False
 
 SECRET_KEY = env_str("SECRET_KEY", "")
 DEBUG = env_bool("DEBUG", False)

@@ -17,6 +17,8 @@ ALLOWED_HOSTS = [h for h in env_required("ALLOWED_HOSTS").split(",") if h.strip(
 # nginx terminates TLS and says so in X-Forwarded-Proto.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+# /metrics names every model, restricted ones too: here it answers only MOONCAKE_METRICS_TOKEN's bearer.
+MOONCAKE_METRICS_TOKEN_REQUIRED = True
 # Probes and Prometheus scrape over plain HTTP inside the cluster.
 SECURE_REDIRECT_EXEMPT = [r"^health$", r"^version$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)

@@ -104,3 +104,17 @@ def test_every_charted_metric_is_exported(manager: Any, db: None, monkeypatch: p
         if label not in labels.get(name, set()) | TARGET_LABELS
     }
     assert not wrong, f"charted with labels the metric lacks: {sorted(wrong)}"
+
+
+def test_prometheus_sends_the_token_production_settings_require() -> None:
+    """Production settings refuse /metrics without MOONCAKE_METRICS_TOKEN: compose gives the replicas and
+    Prometheus the same token, and the scrape job reads it from the file the container writes at start."""
+    config = yaml.safe_load((DOCKER / "prometheus.yml").read_text(encoding="utf-8"))
+    job = next(j for j in config["scrape_configs"] if j["job_name"] == "mooncake")
+    token_file = job["authorization"]["credentials_file"]
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))
+    services = compose["services"]
+    assert "MOONCAKE_METRICS_TOKEN" in services["web"]["environment"]
+    prometheus = services["prometheus"]
+    assert "MOONCAKE_METRICS_TOKEN" in prometheus["environment"]
+    assert f"> {token_file} &&" in " ".join(prometheus["entrypoint"])

@@ -7,6 +7,7 @@ import errno
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -23,7 +24,7 @@ from webapp.core.hub_models import (
     hub_engine_factory,
     parse_hub_id,
 )
-from webapp.core.model_list import name_from_source
+from webapp.core.model_names import ServedNames, names_from_source
 from webapp.serving.model_access import ANONYMOUS
 from webapp.serving.runtime import get_runtime
 
@@ -54,8 +55,8 @@ def test_parse_hub_id(tmp_path: Path) -> None:
     (tmp_path / "org" / "name").mkdir(parents=True)
     local = str(tmp_path / "org" / "name")
     assert parse_hub_id(local) is None  # a local folder wins over a hub id
-    assert name_from_source("org/name:v1") == "name"
-    assert name_from_source("org/repo/model.Q4.gguf") == "model.Q4"
+    assert names_from_source("org/name:v1") == ServedNames("org/name", ("name", "org/name:v1"))
+    assert names_from_source("org/repo/model.Q4.gguf") == ServedNames("org/repo/model.Q4.gguf", ("model.Q4",))
 
 
 def test_first_run_downloads_then_the_cache_serves_without_the_hub(hub: HubServer, tmp_path: Path) -> None:
@@ -178,7 +179,8 @@ def _wait_for(condition: object, timeout: float = 5.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-def test_health_and_models_show_the_download(client: Client, db: None) -> None:
+def test_health_and_models_show_the_download(client: Client, db: None, settings: Any) -> None:
+    settings.MOONCAKE_API_AUTH = "off"  # anonymous callers see the public models, as on /v1/models
     previous = get_runtime().peek_manager()
     manager = FakeModelManager()
     info = manager.register("hubbed", None)  # the fake's own record: what list() reports

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from django.test import Client
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -61,6 +62,7 @@ def test_collector_without_engine_yields_empty_families() -> None:
     assert "model_name=" not in text
 
 
+@pytest.mark.django_db  # open /metrics reads which models are restricted
 def test_metrics_endpoint_exposes_engine_and_django_metrics(
     client: Client, fake_manager: FakeModelManager
 ) -> None:

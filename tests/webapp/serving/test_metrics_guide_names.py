@@ -81,12 +81,14 @@ async def test_request_duration_matches_the_e2e_histogram(
     assert "# HELP mooncake_request_duration_seconds Time from arrival to the end of the request" in text
 
 
+@pytest.mark.django_db  # open /metrics reads which models are restricted
 def test_metrics_endpoint_shows_request_duration(client: Client, fake_manager: FakeModelManager) -> None:
     text = _scrape(client)
     assert 'mooncake_request_duration_seconds_bucket{le="+Inf",model="fake-model"} 0.0' in text
     assert "# TYPE mooncake_request_duration_seconds histogram" in text
 
 
+@pytest.mark.django_db  # open /metrics reads which models are restricted
 def test_tokens_per_second_follows_generation(
     client: Client, fake_manager: FakeModelManager, fake_engine: FakeEngine, clock: FakeClock
 ) -> None:
@@ -125,6 +127,7 @@ def test_token_rate_forgets_restarts_and_unloads() -> None:
 # ---- GPU figures ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.django_db  # open /metrics reads which models are restricted
 def test_gpu_metrics_have_no_samples_on_this_cpu_machine(
     client: Client, fake_manager: FakeModelManager
 ) -> None:
@@ -135,6 +138,7 @@ def test_gpu_metrics_have_no_samples_on_this_cpu_machine(
     assert not _samples(text, "mooncake_vram_usage_bytes")
 
 
+@pytest.mark.django_db  # open /metrics reads which models are restricted
 def test_gpu_metrics_per_device(
     client: Client, fake_manager: FakeModelManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -148,6 +152,7 @@ def test_gpu_metrics_per_device(
     }
 
 
+@pytest.mark.django_db  # open /metrics reads which models are restricted
 def test_a_failing_probe_does_not_fail_the_scrape(
     client: Client, fake_manager: FakeModelManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
