@@ -14,6 +14,7 @@ from django.http.response import HttpResponseBase
 from inference.api import EngineClient
 from webapp.api.auth import authenticate
 from webapp.api.services.defaults import RequestDefaults
+from webapp.api.services.models import naming_usable_models
 from webapp.api.services.pipeline import ApiRun, Job, Renderer, start_generation
 from webapp.api.services.streaming import sse_frames
 from webapp.core.errors import MooncakeError
@@ -30,9 +31,10 @@ async def generation_response(
     renderer: Renderer,
 ) -> HttpResponseBase:
     caller = await authenticate(request)
-    run = await start_generation(
-        caller, endpoint=endpoint, model=model, stream=stream, sequences=sequences, prepare=prepare
-    )
+    async with naming_usable_models(model, caller.viewer):
+        run = await start_generation(
+            caller, endpoint=endpoint, model=model, stream=stream, sequences=sequences, prepare=prepare
+        )
     if stream:
         return _stream_response(run, renderer.events(run.job, run.generations))
     try:

@@ -24,9 +24,8 @@ from webapp.api.schemas.models import (
 )
 from webapp.api.services.chat import ChatRenderer, prepare_chat
 from webapp.api.services.completions import CompletionRenderer, prepare_completion
-from webapp.api.services.models import model_card, model_cards
+from webapp.api.services.models import model_card, model_cards, model_not_found, naming_usable_models
 from webapp.api.services.tokenize import detokenize, tokenize
-from webapp.core.errors import NotFound
 
 ERRORS: dict[int, type[ErrorResponse]] = {code: ErrorResponse for code in (400, 401, 404, 429, 500, 503)}
 # Routes with a JSON body may also answer 413 (too large) and 415 (not application/json): see urls.py.
@@ -77,14 +76,18 @@ async def list_models(request: HttpRequest) -> ModelList:
     return ModelList(data=await asyncio.to_thread(model_cards, caller.viewer))
 
 
+# `path:` because a hub id (org/name) is a model id: GET /v1/models/org/name retrieves it.
 @router.get(
-    "/v1/models/{model_id}", response={200: ModelCard, **ERRORS}, tags=["models"], summary="Retrieve a model"
+    "/v1/models/{path:model_id}",
+    response={200: ModelCard, **ERRORS},
+    tags=["models"],
+    summary="Retrieve a model",
 )
 async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
     caller = await authenticate(request)
     card = await asyncio.to_thread(model_card, model_id, caller.viewer)
     if card is None:
-        raise NotFound(f"The model {model_id!r} does not exist.", param="model", code="model_not_found")
+        raise await asyncio.to_thread(model_not_found, model_id, caller.viewer)
     return card
 
 
@@ -95,7 +98,9 @@ async def retrieve_model(request: HttpRequest, model_id: str) -> ModelCard:
     summary="Tokenize a prompt or chat messages",
 )
 async def tokenize_view(request: HttpRequest, payload: TokenizeRequest) -> TokenizeResponse:
-    return await tokenize(await authenticate(request), payload)
+    caller = await authenticate(request)
+    async with naming_usable_models(payload.model, caller.viewer):
+        return await tokenize(caller, payload)
 
 
 @router.post(
@@ -105,4 +110,6 @@ async def tokenize_view(request: HttpRequest, payload: TokenizeRequest) -> Token
     summary="Turn token ids back into text",
 )
 async def detokenize_view(request: HttpRequest, payload: DetokenizeRequest) -> DetokenizeResponse:
-    return await detokenize(await authenticate(request), payload)
+    caller = await authenticate(request)
+    async with naming_usable_models(payload.model, caller.viewer):
+        return await detokenize(caller, payload)

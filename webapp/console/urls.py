@@ -24,9 +24,10 @@ urlpatterns = [
     path("models/table/", models.models_table, name="models-table"),
     path("models/register/", models.model_register_local, name="model-register"),
     path("models/import/", models.model_register_hub, name="model-import"),
-    path("models/<str:name>/load/", models.model_load, name="model-load"),
-    path("models/<str:name>/unload/", models.model_unload, name="model-unload"),
-    path("models/<str:name>/default/", models.model_set_default, name="model-default"),
+    # `path:`: a model served under its hub id has a slash in its name (org/name).
+    path("models/<path:name>/load/", models.model_load, name="model-load"),
+    path("models/<path:name>/unload/", models.model_unload, name="model-unload"),
+    path("models/<path:name>/default/", models.model_set_default, name="model-default"),
     path("registrations/<int:pk>/delete/", models.model_delete, name="model-delete"),
     path("registrations/<int:pk>/defaults/", models.model_defaults, name="model-defaults"),
     path("tuning/", tuning.tuning, name="tuning"),

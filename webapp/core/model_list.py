@@ -17,9 +17,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from inference.api import REMOTE_FIELDS, EngineConfig
-from webapp.core.hub_models import parse_hub_id
+from webapp.core.model_names import DEFAULT_MODEL_NAME as DEFAULT_MODEL_NAME
+from webapp.core.model_names import ServedNames, names_from_source, unique_aliases
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # Keys an entry (or the `model` section) has that are not EngineConfig fields.
 ENTRY_KEYS = frozenset({"id", "default", "aliases"})
 SOURCE_KEYS = ("model_id", "model_path")
@@ -44,8 +44,9 @@ def listed_models(mooncake: Mapping[str, Mapping[str, Any]]) -> list[ListedModel
     model = mooncake.get("model", {})
     entries = model.get("models")
     if not entries:
-        aliases = tuple(str(a) for a in model.get("aliases", []))
-        return [ListedModel(served_model_name(mooncake), "model", aliases=aliases, default=True)]
+        served = served_names(mooncake)
+        aliases = unique_aliases(served.name, served.aliases, [str(a) for a in model.get("aliases", [])])
+        return [ListedModel(served.name, "model", aliases=aliases, default=True)]
     listed = []
     for index, entry in enumerate(entries):
         own = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
@@ -68,22 +69,18 @@ def is_list(mooncake: Mapping[str, Mapping[str, Any]]) -> bool:
 
 def served_model_name(mooncake: Mapping[str, Mapping[str, Any]]) -> str:
     """The single form's name: `model.name`, else derived from the model's source."""
+    return served_names(mooncake).name
+
+
+def served_names(mooncake: Mapping[str, Mapping[str, Any]]) -> ServedNames:
+    """The single form's name and derived aliases: `model.name` alone where set (the user chose it), else
+    webapp.core.model_names' for the model's source (`model.aliases` come on top, in listed_models)."""
     model = mooncake.get("model", {})
     explicit = model.get("name")
     if explicit:
-        return str(explicit)
+        return ServedNames(str(explicit))
     source = model.get("model_path") or model.get("model_id") or model.get("model") or "default"
-    return name_from_source(str(source))
-
-
-def name_from_source(source: str) -> str:
-    if source == "default":
-        return DEFAULT_MODEL_NAME
-    hub = parse_hub_id(source)
-    if hub is not None:  # org/name[:rev] -> name; org/name/file.gguf -> file
-        return Path(hub.filename).stem if hub.filename else hub.repo_id.split("/")[1]
-    path = Path(source)
-    return path.stem if path.suffix == ".gguf" else path.name or source
+    return names_from_source(str(source))
 
 
 def source_of(mooncake: Mapping[str, Mapping[str, Any]], listed: ListedModel) -> str:

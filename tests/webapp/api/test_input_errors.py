@@ -143,7 +143,7 @@ async def test_wrong_method_is_json_405(client: AsyncClient, path: str, allowed:
         assert response["Allow"] == allowed
 
 
-@pytest.mark.parametrize("path", ["/v1/nope", "/v1/chat/completion", "/v1/models/a/b", "/tokenizer",
+@pytest.mark.parametrize("path", ["/v1/nope", "/v1/chat/completion", "/v1/model/a/b", "/tokenizer",
                                   "/detokenize/x", "/v1/docs/assets/secret.py"])  # fmt: skip
 async def test_unknown_api_path_is_json_404(client: AsyncClient, path: str) -> None:
     for method in ("GET", "POST"):

@@ -1,11 +1,16 @@
-"""Model cards for /v1/models from the model manager's registry."""
+"""Model cards for /v1/models from the model manager's registry, and the 404 for a model the caller
+cannot use."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 from inference.api import EngineClient, ModelInfo, ModelManagerClient
 from webapp.api.schemas.models import ModelCard
+from webapp.core.errors import NotFound
 from webapp.serving.health import download_progress
 from webapp.serving.model_access import Viewer, visible
 from webapp.serving.runtime import get_runtime
@@ -53,3 +58,24 @@ def model_card(model_id: str, viewer: Viewer) -> ModelCard | None:
         if model_id == info.name or model_id in info.aliases:
             return _card(info, manager)
     return None
+
+
+def model_not_found(requested: str | None, viewer: Viewer) -> NotFound:
+    """The 404 for a model `viewer` cannot use, naming the ids they can: the models /v1/models lists for
+    them, so a restricted model is named only to those who may use it (blocking)."""
+    shown = requested if requested is not None else "default"
+    usable = [info.name for info in visible(viewer, get_runtime().manager().list())]
+    hint = f"Models you may use: {', '.join(usable)}." if usable else "No model is available to you."
+    return NotFound(f"The model {shown!r} does not exist. {hint}", param="model", code="model_not_found")
+
+
+@contextlib.asynccontextmanager
+async def naming_usable_models(requested: str | None, viewer: Viewer) -> AsyncIterator[None]:
+    """Turn a model_not_found raised inside into model_not_found(): the same answer whether the model is
+    missing or restricted, with the ids the caller may use."""
+    try:
+        yield
+    except NotFound as exc:
+        if exc.code != "model_not_found":
+            raise
+        raise await asyncio.to_thread(model_not_found, requested, viewer) from exc
