@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -70,8 +71,8 @@ class BlockOnlyLoad:
         count = blocks.shape[0]
         for start in sorted({0, max(count // 2 - 1, 0), max(count - 2, 0)}):
             stop = min(start + 2, count)
-            expanded = dequantized_bf16(_row_slice(blocks, start, stop))  # only the rows compared
-            if not torch.equal(expanded, rows(start, stop).to(torch.bfloat16)):
+            part, stored = _row_slice(blocks, start, stop), rows(start, stop)  # only the rows compared
+            if not _same_rows(part, stored):
                 raise BlocksDisagree(f"{name}: the file's blocks do not expand to the checkpoint's weights")
         self.checked.add(name)
         return True
@@ -83,6 +84,18 @@ class BlockOnlyLoad:
             raise ValueError(f"checkpoint is missing weights: {', '.join(missing[:8])}")
         for name, stacked in self.shards.items():
             _linear(model, name).use(GGUFBlocksMethod(decode_weights(stacked), kernel))
+
+
+def _same_rows(blocks: BlockMatrix, stored: torch.Tensor) -> bool:
+    """Whether checkpoint rows `stored` are these blocks' values: their bf16 expansion equal to the rows in
+    bf16 (an fp32 checkpoint), or their fp32 values rounded as a large model's fp16 checkpoint stores them
+    (rounding twice, fp32 -> fp16 -> bf16, differs from the kernels' one rounding in some weights)."""
+    if torch.equal(dequantized_bf16(blocks), stored.to(torch.bfloat16)):
+        return True
+    if stored.dtype == torch.float32:
+        return False
+    values = torch.from_numpy(np.ascontiguousarray(blocks.dequantize()))
+    return torch.equal(values.to(stored.dtype), stored)
 
 
 def _row_slice(blocks: BlockMatrix, start: int, stop: int) -> BlockMatrix:
