@@ -13,6 +13,7 @@ from django.conf import settings
 from webapp.console.models import ConsoleJob
 from webapp.console.paths import allowed_roots
 from webapp.console.replication import publish
+from webapp.core.model_names import repo_names
 from webapp.core.models import ModelRegistration
 
 KIND = "hf_import"
@@ -23,7 +24,19 @@ WANTED = ("*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.tiktoken", "
 
 
 def model_name_for(repo_id: str) -> str:
-    return repo_id.split("/", 1)[1]
+    """The name an imported repo is registered under: as mooncake.yaml's `model_id` of it is served."""
+    return repo_names(repo_id).name
+
+
+def free_aliases(repo_id: str) -> list[str]:
+    """The repo's aliases (its short name) that no registered model answers to already: one that does
+    would stop the import from registering at all."""
+    taken = {
+        n
+        for name, aliases in ModelRegistration.objects.values_list("name", "aliases")
+        for n in (name, *aliases)
+    }
+    return [alias for alias in repo_names(repo_id).aliases if alias not in taken]
 
 
 def _update(job: ConsoleJob, **fields: object) -> None:
@@ -78,6 +91,12 @@ def hf_import_run(job_id: int) -> str:
         fail(job, message)
         return message
     dest = allowed_roots()[0] / "hf" / repo_id.replace("/", "--")
+    # Imported earlier (a model registered from this folder, under whatever name): never rewrite its files.
+    earlier = ModelRegistration.objects.filter(source=str(dest.resolve())).first()
+    if earlier is not None:
+        message = f"{repo_id} is already imported into {dest}, registered as {earlier.name}."
+        fail(job, message)
+        return message
     try:
         for index, filename in enumerate(files, start=1):
             _update(job, message=f"downloading {filename}")
@@ -91,7 +110,8 @@ def hf_import_run(job_id: int) -> str:
         fail(job, message)
         return message
     ModelRegistration.objects.get_or_create(
-        name=model_name_for(repo_id), defaults={"source": str(dest.resolve()), "aliases": []}
+        name=model_name_for(repo_id),
+        defaults={"source": str(dest.resolve()), "aliases": free_aliases(repo_id)},
     )
     publish("worker")  # every replica registers it now rather than at its next periodic pass
     message = f"imported into {dest}; load it from the models page"

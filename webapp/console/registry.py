@@ -6,14 +6,15 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from inference.api import DTYPES, QUANTIZATIONS, EngineConfig, ModelManagerClient
+from inference.api import DTYPES, QUANTIZATIONS, EngineConfig, ModelInfo, ModelManagerClient
 from webapp.core.engine_settings import engine_settings_get, memory_budget, resolve_registered_engine
 from webapp.core.errors import Conflict
 from webapp.core.model_list import find_listed
 from webapp.core.models import EngineSettings, ModelRegistration
 from webapp.serving.engine import engine_config_dict
+from webapp.serving.model_access import restrictions_changed
 from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ def sync_manager() -> ModelManagerClient:
     manager.evict_lru = tuning.evict_lru
     known = {info.name: info for info in manager.list()}
     rows = {row.name: row for row in ModelRegistration.objects.all()}
+    if _rename_to_served_names(known, rows):
+        rows = {row.name: row for row in ModelRegistration.objects.all()}
     for name, row in rows.items():
         if name not in known:
             try:
@@ -80,6 +83,33 @@ def sync_manager() -> ModelManagerClient:
                 },
             )
     return manager
+
+
+def _rename_to_served_names(known: dict[str, ModelInfo], rows: dict[str, ModelRegistration]) -> bool:
+    """Move a yaml model's record from a name that is now its alias (a hub id model used to be served
+    under its short name) to the name it is served under, keeping the row and so its groups, defaults and
+    state; a new record in its place would leave the model unrestricted. True when it tried any."""
+    tried = False
+    for name, info in known.items():
+        old = next((rows[a] for a in info.aliases if a in rows and rows[a].builtin), None)
+        if name in rows or old is None:
+            continue
+        tried = True
+        try:
+            with transaction.atomic():
+                # Conditional, so that of two replicas starting together only one renames it.
+                moved = ModelRegistration.objects.filter(pk=old.pk, name=old.name).update(
+                    name=name, aliases=list(info.aliases)
+                )
+        except IntegrityError:  # another replica recorded the new name meanwhile
+            moved = 0
+        if moved:
+            logger.info(
+                "Renamed the console's record of %s to %s, the name it is served under now", old, name
+            )
+    if tried:
+        restrictions_changed()
+    return tried
 
 
 def builtin_engine_fields(name: str) -> dict[str, Any]:

@@ -40,6 +40,12 @@ def names_from_source(source: str) -> ServedNames:
     return ServedNames(path.stem if path.suffix == ".gguf" else path.name or source)
 
 
+def repo_names(repo_id: str) -> ServedNames:
+    """The names for a model downloaded from hub repo `repo_id` into a folder of its own: those a
+    `model_id` of that repo is served under (names_from_source's, without asking the disk)."""
+    return _served(repo_id, _short(repo_id))
+
+
 def unique_aliases(name: str, *groups: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """The aliases of `groups`, in order, once each, without `name` itself."""
     seen: dict[str, None] = {}

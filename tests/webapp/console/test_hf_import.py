@@ -42,7 +42,7 @@ def test_offline_import_fails_with_a_clear_message(staff_client: Client, manager
     assert job.state == ConsoleJob.State.FAILED
     assert "Could not reach the Hugging Face Hub" in job.message and "offline" in job.message
     assert result.get() == job.message
-    assert not ModelRegistration.objects.filter(name="SmolLM2-135M").exists()
+    assert not ModelRegistration.objects.exists()
     page = staff_client.get(reverse("console:jobs")).content.decode()
     assert "Could not reach the Hugging Face Hub" in page and 'data-state="failed"' in page
 
@@ -95,10 +95,10 @@ def test_import_reports_progress_and_registers(
     dest = model_root / "hf" / "org--tiny-model"
     fetched = sorted(p.name for p in dest.iterdir())
     assert fetched == ["chat_template.jinja", "config.json", "model.safetensors", "tokenizer.json"]
-    row = ModelRegistration.objects.get(name="tiny-model")
-    assert row.source == str(dest.resolve())
+    row = ModelRegistration.objects.get(name="org/tiny-model")  # named as a model_id of it is served
+    assert row.source == str(dest.resolve()) and row.aliases == ["tiny-model"]
     sync_manager()  # the web process registers what the worker recorded
-    assert "tiny-model" in {i.name for i in manager.list()}
+    assert ("org/tiny-model", ("tiny-model",)) in {(i.name, tuple(i.aliases)) for i in manager.list()}
 
 
 @pytest.mark.database

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from webapp.core.model_list import listed_models
-from webapp.core.model_names import MAX_NAME_CHARS, ServedNames, names_from_source
+from webapp.core.model_names import MAX_NAME_CHARS, ServedNames, names_from_source, repo_names
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -69,3 +69,16 @@ def test_the_single_form_lists_the_hub_id_with_derived_and_configured_aliases() 
     snapshot = f"/cache/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/{COMMIT}"
     (local,) = listed_models(_single(model_path=snapshot))
     assert (local.name, local.aliases) == (hub, ("SmolLM2-135M-Instruct",))
+
+
+def test_a_downloaded_repo_is_named_as_its_hub_id_even_where_a_folder_has_that_path(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    assert repo_names("HuggingFaceTB/SmolLM2-135M-Instruct") == names_from_source(
+        "HuggingFaceTB/SmolLM2-135M-Instruct"
+    )
+    assert repo_names(f"{'o' * 60}/{'n' * 60}") == ServedNames("n" * 60, (f"{'o' * 60}/{'n' * 60}",))
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)  # "org/name" is a folder here: names_from_source names it as one
+    assert names_from_source("org/name") == ServedNames("name")
+    assert repo_names("org/name") == ServedNames("org/name", ("name",))
