@@ -35,10 +35,14 @@ def timed(part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def instrument() -> None:
+def instrument(model: Any) -> None:
     moe.experts_by_group = timed("expert GEMMs", moe.experts_by_group)  # type: ignore[assignment]
-    moe.SparseMoE.forward = timed("moe block", moe.SparseMoE.forward)  # type: ignore[method-assign]
-    DecoderAttention.forward = timed("attention", DecoderAttention.forward)  # type: ignore[method-assign]
+    # Per instance: families subclass the attention (OLMoE's norms) with forwards of their own.
+    for module in model.modules():
+        if isinstance(module, moe.SparseMoE):
+            module.forward = timed("moe block", module.forward)  # type: ignore[method-assign]
+        elif isinstance(module, DecoderAttention):
+            module.forward = timed("attention", module.forward)  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -59,7 +63,7 @@ def main() -> None:
     prompt = list(loaded.tokenizer.encode("Write a short story about a lighthouse keeper and a storm."))
     params = SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True)
     engine.generate([prompt], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))  # warm-up
-    instrument()
+    instrument(loaded.model)
     print("| concurrency | tok/s | routing | expert GEMMs | attention | other |")
     print("|---|---|---|---|---|---|")
     for concurrency in args.concurrency:
