@@ -381,7 +381,7 @@ def test_a_hub_import_runs_on_the_worker_and_every_replica_serves_the_model(clus
     worker_log = (cluster.work / "worker.log").read_text(errors="replace")[-3000:]
     assert job and job[0] == "succeeded", f"{job}\n{worker_log}"
     assert "console.import_hf_model" in worker_log  # run by the worker process, through Redis
-    name = MIRROR.split("/")[1]
+    name = MIRROR  # an import is served under its hub id, as a model set in mooncake.yaml is
     key = api_key(cluster)
 
     def listed(replica: str) -> bool:
@@ -404,3 +404,6 @@ def test_a_hub_import_runs_on_the_worker_and_every_replica_serves_the_model(clus
         url = replica_url(cluster, replica) + "/v1/chat/completions"
         status = wait_for(lambda u=url: (code := urllib_request(u, body, key)) != 503 and code, 180)
         assert status == 200, replica
+    alias = {"model": MIRROR.split("/")[1], "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    short = json.dumps(alias).encode()
+    assert urllib_request(replica_url(cluster, "b") + "/v1/chat/completions", short, key) == 200  # its alias
