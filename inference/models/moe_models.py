@@ -21,6 +21,7 @@ from inference.models.args import ModelArgs
 from inference.models.decoder import DecoderAttention, DecoderForCausalLM, DecoderLayer
 from inference.models.layers import RMSNorm
 from inference.models.moe import MoEArgs, SparseMoE
+from inference.models.qwen import qwen2_args, qwen3_args
 from inference.models.rotary import apply_rotary
 
 
@@ -94,14 +95,13 @@ class Qwen2MoeForCausalLM(MoEDecoderForCausalLM):
 
     @classmethod
     def model_args(cls, config: PretrainedConfig) -> ModelArgs:
-        return ModelArgs.from_config(config, qkv_bias=True, o_bias=False, mlp_bias=False, qk_norm=False)
+        return qwen2_args(config)
 
 
 class Qwen3MoeForCausalLM(MoEDecoderForCausalLM):
     @classmethod
     def model_args(cls, config: PretrainedConfig) -> ModelArgs:
-        bias = bool(getattr(config, "attention_bias", False))
-        return ModelArgs.from_config(config, qkv_bias=bias, o_bias=bias, mlp_bias=False, qk_norm=True)
+        return qwen3_args(config)
 
 
 class OlmoeAttention(DecoderAttention):

@@ -8,14 +8,24 @@ from inference.models.args import ModelArgs
 from inference.models.decoder import DecoderForCausalLM
 
 
+def qwen2_args(config: PretrainedConfig) -> ModelArgs:
+    """Qwen2's attention (Q/K/V bias), shared with Qwen2-MoE."""
+    return ModelArgs.from_config(config, qkv_bias=True, o_bias=False, mlp_bias=False, qk_norm=False)
+
+
+def qwen3_args(config: PretrainedConfig) -> ModelArgs:
+    """Qwen3's attention (per-head q/k norm), shared with Qwen3-MoE."""
+    bias = bool(getattr(config, "attention_bias", False))
+    return ModelArgs.from_config(config, qkv_bias=bias, o_bias=bias, mlp_bias=False, qk_norm=True)
+
+
 class Qwen2ForCausalLM(DecoderForCausalLM):
     @classmethod
     def model_args(cls, config: PretrainedConfig) -> ModelArgs:
-        return ModelArgs.from_config(config, qkv_bias=True, o_bias=False, mlp_bias=False, qk_norm=False)
+        return qwen2_args(config)
 
 
 class Qwen3ForCausalLM(DecoderForCausalLM):
     @classmethod
     def model_args(cls, config: PretrainedConfig) -> ModelArgs:
-        bias = bool(getattr(config, "attention_bias", False))
-        return ModelArgs.from_config(config, qkv_bias=bias, o_bias=bias, mlp_bias=False, qk_norm=True)
+        return qwen3_args(config)
