@@ -1,6 +1,6 @@
 """Every natively served architecture through the whole engine: greedy replies to 8 prompts submitted together
 equal Hugging Face generate(do_sample=False) token for token (fp32, CPU), with prefix-cache hits, with
-small prefill chunks and under forced preemption. Tiny random checkpoints of each real structure
+small prefill chunks, under forced preemption and with n-gram speculation. Tiny random checkpoints of each real structure
 (tests/inference/conftest.py TINY_CONFIGS)."""
 
 from __future__ import annotations
@@ -103,3 +103,14 @@ def test_a_moe_model_is_captured_in_cuda_graphs_only_where_its_experts_take_the_
     dense = cast(DecoderForCausalLM, load_model(str(tiny_model_dir("qwen2")), dtype="float32").model)
     assert not moe_model.cuda_graph_capturable(cpu, torch.float32)
     assert dense.cuda_graph_capturable(cpu, torch.float32)
+
+
+def test_ngram_speculation_keeps_the_greedy_replies(case: tuple[LoadedModel, Any]) -> None:
+    """Drafts verified in one step (a chunk of several rows per sequence through the same layers: windows,
+    soft-caps, experts) accept exactly the tokens greedy decoding picks."""
+    loaded, (prompts, expected) = case
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    engine = engine_for(loaded, speculative=spec)
+    assert replies(engine, prompts) == expected
+    stats = engine.stats()
+    assert stats.spec_decode_num_drafts > 0, "no drafts: the test would check nothing"
