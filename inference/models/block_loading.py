@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from inference.models.decoder import DecoderForCausalLM
-from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks, KQuantBlocks, Q4Blocks, Q8Blocks
+from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks, row_slice
 from inference.models.layers import Linear
 from inference.models.linear_method import GGUFBlocksMethod
 from inference.models.q4_decode import Q4Kernel, decode_weights, dequantized_bf16, eligible
@@ -71,7 +71,7 @@ class BlockOnlyLoad:
         count = blocks.shape[0]
         for start in sorted({0, max(count // 2 - 1, 0), max(count - 2, 0)}):
             stop = min(start + 2, count)
-            part, stored = _row_slice(blocks, start, stop), rows(start, stop)  # only the rows compared
+            part, stored = row_slice(blocks, start, stop), rows(start, stop)  # only the rows compared
             if not _same_rows(part, stored):
                 raise BlocksDisagree(f"{name}: the file's blocks do not expand to the checkpoint's weights")
         self.checked.add(name)
@@ -96,15 +96,6 @@ def _same_rows(blocks: BlockMatrix, stored: torch.Tensor) -> bool:
         return False
     values = torch.from_numpy(np.ascontiguousarray(blocks.dequantize()))
     return torch.equal(values.to(stored.dtype), stored)
-
-
-def _row_slice(blocks: BlockMatrix, start: int, stop: int) -> BlockMatrix:
-    """Rows [start, stop) of a block matrix (each row's blocks and scales move together)."""
-    if isinstance(blocks, Q4Blocks):
-        return Q4Blocks(blocks.nibbles[start:stop], blocks.scale[start:stop], blocks.minimum[start:stop])
-    if isinstance(blocks, Q8Blocks):
-        return Q8Blocks(blocks.levels[start:stop], blocks.scale[start:stop])
-    return KQuantBlocks(blocks.type_name, blocks.raw[start:stop])
 
 
 def _linear(model: DecoderForCausalLM, name: str) -> Linear:

@@ -20,6 +20,7 @@ import numpy as np
 from gguf.constants import GGMLQuantizationType
 
 from inference.models.gguf_convert import _PERMUTED_ARCHS, _unpermute, hf_names
+from inference.models.gguf_dense_config import fused_shards
 from inference.models.gguf_file import GGUFFile
 
 GROUP = 32  # Q4_0, Q4_1 and Q8_0 quantize blocks of 32 weights along the input dimension
@@ -168,7 +169,7 @@ def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBl
     linears: dict[str, BlockMatrix] = {}
     embedding: BlockMatrix | None = None
     for tensor in reader.tensors:
-        names = hf_names(tensor.name, tensor.data.shape)
+        names = hf_names(tensor.name, tensor.data.shape, arch)
         if names is None:
             continue
         raw = np.asarray(tensor.data)
@@ -182,8 +183,22 @@ def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBl
                 continue
             if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
                 blocks = _permuted(blocks, num_heads if "q_proj" in name else num_kv_heads)
-            linears[name] = blocks
+            # A fused projection (Phi-3's qkv and gate-up) as its shards: the fused module stacks them back.
+            shards = fused_shards(name, blocks.shape[0], num_heads, num_kv_heads) or [(name, blocks.shape[0])]
+            start = 0
+            for shard, rows in shards:
+                linears[shard] = blocks if len(shards) == 1 else row_slice(blocks, start, start + rows)
+                start += rows
     return GGUFBlocks(linears, embedding)
+
+
+def row_slice(blocks: BlockMatrix, start: int, stop: int) -> BlockMatrix:
+    """Rows start..stop of a block matrix (blocks run along rows, so a row range is whole blocks)."""
+    if isinstance(blocks, Q4Blocks):
+        return Q4Blocks(blocks.nibbles[start:stop], blocks.scale[start:stop], blocks.minimum[start:stop])
+    if isinstance(blocks, Q8Blocks):
+        return Q8Blocks(blocks.levels[start:stop], blocks.scale[start:stop])
+    return KQuantBlocks(blocks.type_name, blocks.raw[start:stop])
 
 
 def _parse(raw: np.ndarray, kind: str) -> BlockMatrix | None:

@@ -21,6 +21,7 @@ from gguf.constants import GGMLQuantizationType
 from safetensors.torch import save_file
 
 from inference.cache_dir import ensure_private_dir, private_temp_file
+from inference.models.gguf_dense_config import ARCH_LAYER_NAMES, OFFSET_NORM_ARCHS, dense_config, split_rows
 from inference.models.gguf_file import GGUFFile
 from inference.models.gguf_moe_config import OWN_CONFIGS, moe_config
 
@@ -35,6 +36,9 @@ GGUF_ARCHITECTURES = {
     "qwen2moe": "Qwen2MoeForCausalLM",
     "qwen3moe": "Qwen3MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
 }
 
 _GLOBAL_NAMES = {
@@ -145,7 +149,7 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
             gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False
         )
         config.architectures = [GGUF_ARCHITECTURES[arch]]
-        config = moe_config(gguf, config)
+        config = dense_config(gguf, moe_config(gguf, config))
     tensors = _dequantized_tensors(gguf, config.num_attention_heads, config.num_key_value_heads)
     # transformers' GGUF config mapping misses some keys (qwen3 attention.key_length, sometimes vocab_size);
     # the tensor shapes are the ground truth.
@@ -179,7 +183,7 @@ def _dequantized_tensors(gguf: GGUFFile, n_heads: int, n_kv_heads: int) -> dict[
     narrow = None if num_elements <= FP32_MAX_ELEMENTS else torch.float16
     out: dict[str, torch.Tensor] = {}
     for tensor in gguf.tensors:
-        names = hf_names(tensor.name, tensor.data.shape)
+        names = hf_names(tensor.name, tensor.data.shape, gguf.architecture)
         if names is None:
             continue  # e.g. rope_freqs: derived from config.rope_parameters instead
         kept = keep_types.get(tensor.ggml_type)
@@ -188,7 +192,9 @@ def _dequantized_tensors(gguf: GGUFFile, n_heads: int, n_kv_heads: int) -> dict[
         else:
             data = dequantize(tensor.data, tensor.ggml_type)
         parts = [data] if len(names) == 1 else list(data)  # one per expert of a 3-D tensor
-        for name, part in zip(names, parts, strict=True):
+        for name, part in _split(names, parts, n_heads, n_kv_heads):
+            if gguf.architecture in OFFSET_NORM_ARCHS and name.endswith("norm.weight"):
+                part = part - np.float32(1.0)  # stored as 1 + w
             if gguf.architecture in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
                 part = _unpermute(part, n_heads if "q_proj" in name else n_kv_heads)
             if name.endswith("shared_expert_gate.weight"):
@@ -200,6 +206,12 @@ def _dequantized_tensors(gguf: GGUFFile, n_heads: int, n_kv_heads: int) -> dict[
                 value = value.to(torch.bfloat16 if tensor.ggml_type == GGMLQuantizationType.BF16 else narrow)
             out[name] = value
     return out
+
+
+def _split(
+    names: list[str], parts: list[np.ndarray], n_heads: int, n_kv_heads: int
+) -> list[tuple[str, np.ndarray]]:
+    return [pair for n, p in zip(names, parts, strict=True) for pair in split_rows(n, p, n_heads, n_kv_heads)]
 
 
 def _llama3_rope_from_factors(rope: dict[str, Any], head_dim: int, factors: np.ndarray) -> dict[str, Any]:
@@ -228,23 +240,25 @@ def _llama3_rope_from_factors(rope: dict[str, Any], head_dim: int, factors: np.n
     return rope
 
 
-def _hf_name(gguf_name: str) -> str | None:
+def _hf_name(gguf_name: str, arch: str) -> str | None:
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     parts = gguf_name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
+    layer_names = {**_LAYER_NAMES, **ARCH_LAYER_NAMES.get(arch, {})}
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in layer_names:
+        return f"model.layers.{parts[1]}.{layer_names[parts[2]]}.{parts[3]}"
     return None
 
 
-def hf_names(gguf_name: str, shape: tuple[int, ...]) -> list[str] | None:
-    """The Hugging Face names a GGUF tensor of `shape` becomes: one, or one per expert of a 3-D expert
-    tensor (in expert order); None for tensors with no counterpart."""
+def hf_names(gguf_name: str, shape: tuple[int, ...], arch: str = "") -> list[str] | None:
+    """The Hugging Face names a GGUF tensor of `shape` in an `arch` file becomes: one, or one per expert of
+    a 3-D expert tensor (in expert order); None for tensors with no counterpart. A fused projection keeps
+    its fused name here (gguf_dense_config.split_rows cuts it)."""
     parts = gguf_name.split(".")
     if len(parts) == 4 and parts[0] == "blk" and parts[2] in _EXPERT_NAMES:
         projection = _EXPERT_NAMES[parts[2]]
         return [f"model.layers.{parts[1]}.mlp.experts.{e}.{projection}.{parts[3]}" for e in range(shape[0])]
-    name = _hf_name(gguf_name)
+    name = _hf_name(gguf_name, arch)
     return None if name is None else [name]
 
 

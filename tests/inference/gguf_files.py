@@ -1,15 +1,17 @@
 """Writing test GGUF files: the bundled tokenizer cut to a small vocabulary, and a tiny Hugging Face
-checkpoint written back as llama.cpp lays it out (names, Q/K row order, experts stacked per layer)."""
+checkpoint written back as llama.cpp lays it out (names, Q/K row order, experts stacked per layer, Gemma's
+norm offset, Phi-3's fused projections)."""
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
 from gguf.quants import quantize
 from safetensors.numpy import load_file
 
@@ -137,6 +139,101 @@ def write_moe_gguf(hf_dir: Path, path: Path, arch: str, *, experts_type: str = "
                 writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", raw, raw_dtype=GGMLQuantizationType.Q8_0)
             else:
                 writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", stacked)
+    if tensors:
+        raise ValueError(f"not written: {sorted(tensors)[:4]}")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+# Hugging Face layer module -> llama.cpp tensor, where Gemma and Phi-3 differ from the table above.
+_DENSE_LAYER = {
+    "gemma": {
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "post_attention_norm",
+        "pre_feedforward_layernorm": "ffn_norm",
+        "post_feedforward_layernorm": "post_ffw_norm",
+    },
+    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+}
+_PROJECTIONS = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def write_dense_gguf(hf_dir: Path, path: Path, arch: str, *, projections_type: str = "F32") -> None:
+    """The tiny Gemma 2 / Gemma 3 / Phi-3 checkpoint in `hf_dir` as llama.cpp's converter writes it (norms
+    as 1 + w for Gemma, Phi-3's projections fused, LongRoPE factors as tensors), the projections stored as
+    `projections_type` (F32 or Q8_0), everything else F32."""
+    config = json.loads((hf_dir / "config.json").read_text())
+    tensors = {k: v.astype(np.float32) for k, v in load_file(str(hf_dir / "model.safetensors")).items()}
+    gemma = arch.startswith("gemma")
+    names = {**_LAYER, **_PROJECTIONS, **_DENSE_LAYER["gemma" if gemma else arch]}
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    writer = GGUFWriter(str(path), arch)
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    rope = config["rope_parameters"]
+    if gemma:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+        writer.add_sliding_window(config["sliding_window"])
+        if config.get("final_logit_softcapping"):
+            writer.add_final_logit_softcapping(config["final_logit_softcapping"])
+    if arch == "gemma2":
+        writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
+        tensors.pop("lm_head.weight", None)  # llama.cpp's Gemma 2 head is always the embedding
+    if arch == "gemma3":
+        full, local = rope["full_attention"], rope["sliding_attention"]
+        writer.add_rope_freq_base(full["rope_theta"])
+        writer.add_rope_freq_base_swa(local["rope_theta"])
+        if full.get("rope_type") == "linear":
+            writer.add_rope_scaling_type(RopeScalingType.LINEAR)
+            writer.add_rope_scaling_factor(full["factor"])
+    if arch == "phi3":
+        original = rope["original_max_position_embeddings"]
+        writer.add_rope_scaling_orig_ctx_len(original)
+        writer.add_rope_dimension_count(head_dim)
+        writer.add_rope_freq_base(rope["rope_theta"])
+        writer.add_sliding_window(config.get("sliding_window") or 0)
+        scale = config["max_position_embeddings"] / original
+        writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)))
+        writer.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
+        writer.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
+    add_tokenizer(writer, config["vocab_size"])
+
+    def add(gguf_name: str, value: np.ndarray) -> None:
+        if gemma and gguf_name.endswith("norm.weight"):
+            value = value + np.float32(1.0)
+        if projections_type == "Q8_0" and gguf_name.split(".")[-2] in {*_PROJECTIONS.values(), "attn_qkv"}:
+            raw = quantize(value, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(gguf_name, raw, raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(gguf_name, np.ascontiguousarray(value))
+
+    add("token_embd.weight", tensors.pop("model.embed_tokens.weight"))
+    add("output_norm.weight", tensors.pop("model.norm.weight"))
+    if "lm_head.weight" in tensors:
+        add("output.weight", tensors.pop("lm_head.weight"))
+    for layer in range(config["num_hidden_layers"]):
+        for ours, gguf_name in names.items():
+            for kind in ("weight", "bias"):
+                key = f"model.layers.{layer}.{ours}.{kind}"
+                if key in tensors:
+                    add(f"blk.{layer}.{gguf_name}.{kind}", tensors.pop(key))
     if tensors:
         raise ValueError(f"not written: {sorted(tensors)[:4]}")
     writer.write_header_to_file()

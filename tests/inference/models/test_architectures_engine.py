@@ -1,7 +1,7 @@
 """Every natively served architecture through the whole engine: greedy replies to 8 prompts submitted together
 equal Hugging Face generate(do_sample=False) token for token (fp32, CPU), with prefix-cache hits, with
-small prefill chunks, under forced preemption and with n-gram speculation. Tiny random checkpoints of each real structure
-(tests/inference/conftest.py TINY_CONFIGS)."""
+small prefill chunks, under forced preemption and with n-gram speculation. Tiny random checkpoints of each
+real structure (tests/inference/conftest.py TINY_CONFIGS)."""
 
 from __future__ import annotations
 
