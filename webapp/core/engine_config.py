@@ -15,7 +15,7 @@ from django.conf import settings
 
 from inference.api import REMOTE_FIELDS, EngineConfig
 from webapp.core.config import YAML_DEFAULTS, MooncakeSettings, Sourced
-from webapp.core.model_list import LIST_KEYS, ListedModel
+from webapp.core.model_list import LIST_KEYS, SERVING_KEYS, ListedModel
 
 Layer = Mapping[str, Sourced]
 # Keys users write that name a field differently (the yaml's `model_id` or `model_path` is
@@ -85,7 +85,7 @@ def _yaml_layer(mooncake: Mapping[str, Mapping[str, Any]], file_keys: frozenset[
     for section in ("model", "engine"):
         values = mooncake.get(section, {})
         for key, value in values.items():
-            if key in _RESOLVED_KEYS or key in LIST_KEYS:
+            if key in _RESOLVED_KEYS or key in LIST_KEYS or key in SERVING_KEYS:
                 continue
             if key == "model_id" and "model_path" in values:
                 continue  # model_path is the synonym the file used; model_id here is only the default

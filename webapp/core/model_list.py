@@ -2,13 +2,15 @@
 
 Each entry of `model.models` has an `id` (the name API clients use), `model_id` or `model_path` (the
 source), optional `default: true` and `aliases`, and any model or engine setting, which overrides the
-top-level `model` and `engine` sections for that model alone. Checked when the settings are read, so a
-mistake stops the server (and `mooncake check`) with the key that is wrong. Importable before Django.
+top-level `model` and `engine` sections for that model alone (SERVING_KEYS too, the web app's own). Checked
+when the settings are read, so a mistake stops the server (and `mooncake check`) with the key that is wrong.
+Importable before Django.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,9 @@ from webapp.core.model_names import ServedNames, names_from_source, unique_alias
 
 # Keys an entry (or the `model` section) has that are not EngineConfig fields.
 ENTRY_KEYS = frozenset({"id", "default", "aliases"})
+# Per-model settings of the web app (how requests meet the model), not EngineConfig fields: an entry's own
+# value, else the `model` section's (webapp.core.load_wait resolves them).
+SERVING_KEYS = frozenset({"load_wait_seconds"})
 SOURCE_KEYS = ("model_id", "model_path")
 # Keys of the `model`/`engine` sections that are about the list, not one model's EngineConfig.
 LIST_KEYS = frozenset({"models", "enable_multi_model_serving"})
@@ -37,6 +42,7 @@ class ListedModel:
     settings: dict[str, Any] = field(default_factory=dict)  # the entry's own settings over the sections
     aliases: tuple[str, ...] = ()
     default: bool = False
+    serving: dict[str, Any] = field(default_factory=dict)  # the entry's own SERVING_KEYS
 
 
 def listed_models(mooncake: Mapping[str, Mapping[str, Any]]) -> list[ListedModel]:
@@ -49,10 +55,12 @@ def listed_models(mooncake: Mapping[str, Mapping[str, Any]]) -> list[ListedModel
         return [ListedModel(served.name, "model", aliases=aliases, default=True)]
     listed = []
     for index, entry in enumerate(entries):
-        own = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
+        own = {k: v for k, v in entry.items() if k not in ENTRY_KEYS | SERVING_KEYS}
+        serving = {k: v for k, v in entry.items() if k in SERVING_KEYS}
         aliases = tuple(str(a) for a in entry.get("aliases", []))
         default = entry.get("default") is True
-        listed.append(ListedModel(str(entry["id"]), f"model.models[{index}]", own, aliases, default))
+        key = f"model.models[{index}]"
+        listed.append(ListedModel(str(entry["id"]), key, own, aliases, default, serving))
     if not any(m.default for m in listed):
         listed[0] = dataclasses.replace(listed[0], default=True)  # the first is the default unless one says
     return listed
@@ -104,6 +112,10 @@ def check_model_section(sections: Mapping[str, Mapping[str, Any]], path: Path) -
         fail(f"engine.enable_multi_model_serving must be true or false, got {multi!r}.")
     if all(key in model for key in SOURCE_KEYS):
         fail("model.model_id and model.model_path are both set; keep one (model_path is a synonym).")
+    for key in SERVING_KEYS & set(model):
+        problem = serving_problem(f"model.{key}", model[key])
+        if problem:
+            fail(problem)
     if "models" not in model:
         return
     entries = model["models"]
@@ -141,7 +153,7 @@ def _top_level(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | No
         k: v
         for section in ("model", "engine")
         for k, v in sections.get(section, {}).items()
-        if k not in LIST_KEYS and k not in _SINGLE_KEYS and k != "api_key_env"
+        if k not in LIST_KEYS | SERVING_KEYS and k not in _SINGLE_KEYS and k != "api_key_env"
     }
     try:
         EngineConfig.from_dict(merged)
@@ -151,12 +163,18 @@ def _top_level(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | No
 
 
 def _entry_problem(key: str, entry: Mapping[str, Any], top: dict[str, Any] | None) -> str | None:
-    unknown = sorted(str(k) for k in entry if k not in ENTRY_KEYS | set(SOURCE_KEYS) | _ENGINE_KEYS)
+    unknown = sorted(
+        str(k) for k in entry if k not in ENTRY_KEYS | SERVING_KEYS | set(SOURCE_KEYS) | _ENGINE_KEYS
+    )
     if unknown:
         return (
             f"{key}.{unknown[0]} is not a setting a model entry takes (id, model_id or model_path, "
-            "default, aliases, or a model or engine setting)."
+            "default, aliases, load_wait_seconds, or a model or engine setting)."
         )
+    for name in SERVING_KEYS & set(entry):
+        problem = serving_problem(f"{key}.{name}", entry[name])
+        if problem:
+            return problem
     if not isinstance(entry.get("id"), str) or not entry["id"].strip():
         return f"{key}.id is required: the name API clients use for this model."
     sources = [k for k in SOURCE_KEYS if k in entry]
@@ -182,4 +200,11 @@ def _entry_problem(key: str, entry: Mapping[str, Any], top: dict[str, Any] | Non
             EngineConfig.from_dict({**top, **settings})
         except (TypeError, ValueError) as exc:
             return f"{key}: {exc}"
+    return None
+
+
+def serving_problem(where: str, value: Any) -> str | None:
+    """What is wrong with a SERVING_KEYS value (all of them are seconds), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return f"{where} must be a number of seconds, 0 or more, got {value!r}."
     return None

@@ -25,6 +25,7 @@ from webapp.serving.generation import GenerationService
 from webapp.serving.health_log import HealthLog
 from webapp.serving.jobs import ProcessJobs
 from webapp.serving.limits import Limiter, RateLimiter
+from webapp.serving.model_wait import ready_engine
 
 if TYPE_CHECKING:
     from webapp.serving.model_access import Viewer
@@ -124,9 +125,10 @@ class Runtime:
         ensure_may_use(viewer, self.manager(), model)
 
     async def get_engine(self, model: str | None = None) -> EngineClient:
-        """The loaded engine for `model` (None = default); raises UnknownModelError / NoModelLoadedError."""
+        """The loaded engine for `model` (None = default), waited for while it loads (model_wait); raises
+        UnknownModelError / NoModelLoadedError, or Unavailable past the wait or for a failed load."""
         manager = self._manager if self._manager is not None else await asyncio.to_thread(self.manager)
-        return manager.get(model)
+        return await ready_engine(manager, model)
 
     def service(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
         """The runtime's one instance of an app's service (chat replies, the dashboard's sampler)."""

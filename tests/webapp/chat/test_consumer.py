@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -192,13 +193,18 @@ async def test_edit_adds_a_version_and_answers_it(
     ],
 )
 async def test_errors_before_saving_keep_history_clean(
-    fake_manager: FakeManager, alice: User, chat: Conversation, setup: str, code: str
+    fake_manager: FakeManager, alice: User, chat: Conversation, setup: str, code: str, settings: Any
 ) -> None:
     if setup == "too_long":
         fake_manager.engine.max_model_len = 20
     elif setup in ("no_model", "loading", "downloading"):
         fake_manager.loaded, fake_manager.loading = False, setup == "loading"
         fake_manager.downloading = setup == "downloading"
+        # No wait for the load (webapp.serving.model_wait): the refusal past the bound is what is shown.
+        settings.MOONCAKE = {
+            **settings.MOONCAKE,
+            "model": {**settings.MOONCAKE["model"], "load_wait_seconds": 0},
+        }
     else:
         chat.model = "gone"
         await chat.asave()

@@ -105,6 +105,8 @@ def test_every_surface_reports_a_crash_restart_consistently(
     assert [m["state"] for m in during["models"]] == ["restarting"]
     assert 'mooncake:model_state{model_name="base",state="restarting"} 1.0' in during["metrics"]
     assert 'data-state="restarting"' in during["table"] and "restarting" in during["table"]
+    # A request waits for a restart up to load_wait_seconds (webapp.serving.model_wait); past it, a 503.
+    settings.MOONCAKE = {**settings.MOONCAKE, "model": {**settings.MOONCAKE["model"], "load_wait_seconds": 0}}
     completion = client.post(
         "/v1/completions", {"model": "base", "prompt": "hi", "max_tokens": 2}, content_type="application/json"
     )
