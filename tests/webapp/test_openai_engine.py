@@ -192,6 +192,52 @@ def test_remote_engine_in_process(upstream: tuple[LiveDaphne, str], tmp_path: Pa
         engine.shutdown()
 
 
+def _revoke_keys(upstream: LiveDaphne, revoked: bool) -> None:
+    upstream.shell(
+        "from django.utils import timezone\n"
+        "from webapp.accounts.models import ApiKey\n"
+        f"ApiKey.objects.update(revoked_at={'timezone.now()' if revoked else 'None'})\n"
+    )
+
+
+def _health(front: LiveDaphne) -> tuple[int, dict[str, Any]]:
+    status, body = front.get("/health")
+    return status, json.loads(body)
+
+
+def test_a_refused_key_shows_as_upstream_authentication_failure(
+    front: LiveDaphne, upstream: tuple[LiveDaphne, str]
+) -> None:
+    server, _ = upstream
+    _revoke_keys(server, True)
+    try:
+        response = _post(front.url, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4})
+        assert response.status_code == 503, response.text
+        status, body = _health(front)  # the front's API auth is off: anyone may see its public model
+        assert status == 503 and body["status"] == "dead"
+        [model] = body["models"]
+        assert model["state"] == "unavailable"
+        refused = f"upstream authentication failed: {server.url}/v1 refused our API key"
+        assert model["error"].startswith(refused)
+        assert "engine.api_key_env" in model["error"] and "401" in model["error"]
+        assert "refused our API key" in body["reason"]
+        front.create_user("admin", "admin-password-1", staff=True)
+        page = httpx.get(
+            front.url + "/console/models/", headers={"Cookie": f"sessionid={front.login_session('admin')}"}
+        )
+        assert page.status_code == 200
+        assert "data-trouble>unavailable<" in page.text
+        assert f"{server.url}/v1 refused our API key" in page.text
+    finally:
+        _revoke_keys(server, False)
+    # The health poll (every 5 s) finds the key accepted again, as after an outage.
+    deadline = time.monotonic() + 20
+    while _health(front)[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    status, body = _health(front)
+    assert status == 200 and body["models"][0]["state"] == "loaded" and body["models"][0]["error"] is None
+
+
 def test_upstream_down_is_503_with_retry_after(front: LiveDaphne, upstream: tuple[LiveDaphne, str]) -> None:
     server, _ = upstream
     stop_live_daphne(server)

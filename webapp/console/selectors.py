@@ -16,6 +16,7 @@ from webapp.console.replication import BUSY_STATES, live_replicas
 from webapp.core.engine_settings import resolve_registered_engine
 from webapp.core.models import EngineSettings, ModelRegistration
 from webapp.core.native_paths import native_path_label
+from webapp.serving.engine_trouble import engine_trouble
 from webapp.serving.jobs import ProcessJob
 from webapp.serving.runtime import get_runtime
 
@@ -43,6 +44,7 @@ class ModelRow:
     is_default: bool
     replicas: tuple[ReplicaModelState, ...] = ()  # every live replica's state, when there are several
     native_path: str = ""  # whether it runs in our engine and how (inference.manager.native_path)
+    trouble: str = ""  # loaded, but its engine cannot serve now: why (an upstream down or refusing our key)
 
     @property
     def download_percent(self) -> int | None:
@@ -106,6 +108,7 @@ def model_rows() -> list[ModelRow]:
             is_default=info.name == manager.default_name,
             replicas=replicas.get(info.name, ()),
             native_path=_native_path(registrations.get(info.name)),
+            trouble=engine_trouble(manager, info) or "",
         )
         for info in infos
     ]

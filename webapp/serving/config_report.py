@@ -16,6 +16,7 @@ from webapp.core.config import MooncakeSettings, Sourced
 from webapp.core.engine_config import ResolvedEngine
 from webapp.core.engine_settings import memory_budget, resolve_registered_engine, server_overrides
 from webapp.core.hub_models import HubRef, cached, hub_cache_dir, parse_hub_id, patterns_for
+from webapp.core.load_wait import load_wait
 from webapp.core.model_list import is_list, listed_models, source_of
 from webapp.core.modelpaths import check_source
 from webapp.core.models import EngineSettings, ModelRegistration
@@ -23,6 +24,7 @@ from webapp.core.native_paths import native_path_label
 from webapp.serving.engine import resolve_builtin_engine
 from webapp.serving.engine_servers import not_installed_problem
 from webapp.serving.memory_check import plan_listed
+from webapp.serving.upstream_probe import Probe, probe_upstream
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ VALUE_WIDTH = 44
 class Report:
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Upstreams already probed (base_url, key, model): a model in mooncake.yaml and its console row share one.
+    probed: dict[tuple[str | None, str | None, str | None], Probe] = field(default_factory=dict)
 
 
 def config_report() -> Report:
@@ -57,6 +61,7 @@ def config_report() -> Report:
             report, f"engine: {row.name} ({how})", partial(resolve_registered_engine, row, tuning)
         )
     _model_sources(report)
+    _load_waits(report)
     # A models list is planned against the budget; one model, only for what its load would refuse.
     budget = memory_budget(tuning) if tuning is not None else settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
     try:
@@ -79,6 +84,8 @@ def _engine_section(report: Report, title: str, resolve: Callable[[], ResolvedEn
     report.lines.append(title)
     report.lines.append(f"  {'runs':<{NAME_WIDTH}}{native_path_label(resolved.config)}")
     report.lines.extend(_table(resolved.sources))
+    if resolved.config.engine_type == "openai":
+        _probe(report, title.split(" (")[0].removeprefix("engine: "), resolved)
     missing = not_installed_problem(resolved.config)  # a server Mooncake would start, not installed here
     if missing is not None:
         report.problems.append(missing)
@@ -94,6 +101,24 @@ def _engine_section(report: Report, title: str, resolve: Callable[[], ResolvedEn
             f"{'it' if len(unread) == 1 else 'them'} (set in {origins}); remove "
             f"{'it' if len(unread) == 1 else 'them'}"
         )
+
+
+def _load_waits(report: Report) -> None:
+    """How long a request waits for each of mooncake.yaml's models while it loads."""
+    for model in listed_models(settings.MOONCAKE):
+        wait = load_wait(settings.MOONCAKE, model.name)
+        report.lines.append(f"load wait:    {model.name}: {wait.value:g} s, {wait.describe()}")
+
+
+def _probe(report: Report, name: str, resolved: ResolvedEngine) -> None:
+    remote = resolved.config.remote()
+    key = (remote.base_url, remote.api_key, remote.upstream_model)
+    known = report.probed.get(key)
+    probe = known or probe_upstream(resolved.config, name)
+    report.probed[key] = probe
+    report.lines.append(f"  {'upstream':<{NAME_WIDTH}}{probe.line}")
+    if known is None and probe.problem is not None:
+        report.problems.append(probe.problem)
 
 
 def _model_sources(report: Report) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.api import EngineError, ModelInfo
+from webapp.serving.engine_trouble import UNAVAILABLE, engine_trouble, stopped_words
 from webapp.serving.runtime import get_runtime
 
 MaySee = Callable[[str], bool]
@@ -39,13 +40,15 @@ class Readiness:
         return body
 
 
-def _model_states(infos: list[ModelInfo]) -> list[dict[str, Any]]:
-    return [_model_state(i) for i in infos]
+def _model_states(infos: list[ModelInfo], manager: Any) -> list[dict[str, Any]]:
+    return [_model_state(i, engine_trouble(manager, i)) for i in infos]
 
 
-def _model_state(info: ModelInfo) -> dict[str, Any]:
+def _model_state(info: ModelInfo, trouble: str | None = None) -> dict[str, Any]:
     # The error as the console's Models page shows it: only callers who may see the model get this entry.
     state: dict[str, Any] = {"name": info.name, "state": info.state, "error": info.error}
+    if trouble is not None:  # loaded, but its engine cannot serve now (an upstream down or refusing our key)
+        state.update(state=UNAVAILABLE, error=trouble)
     if info.download_bytes_done is not None:
         state["download"] = download_progress(info)
     return state
@@ -88,7 +91,7 @@ def _readiness() -> Readiness:
     if manager is None:
         return Readiness(False, "no_engine", "The engine has not been started yet.")
     infos = manager.list()
-    models = _model_states(infos)
+    models = _model_states(infos, manager)
     default = manager.default_name
     try:
         engine = manager.peek(None)
@@ -114,5 +117,4 @@ def _readiness() -> Readiness:
         return Readiness(True, "ok", None, name, models)
     if health.state == "loading":
         return _about("loading", name, models, "is loading.")
-    what = (f"The engine of {name} stopped", "The engine of the default model stopped")
-    return _failure("dead", name, models, what, health.error)
+    return _failure("dead", name, models, stopped_words(name, health.error), health.error)

@@ -121,7 +121,7 @@ class RemoteEngine(FrontEnd):
                 outputs = [c.output(logprobs=params.logprobs is not None) for c in choices]
                 yield request_output(request_id, None, ids, outputs, RequestMetrics(arrival_time=arrival))
         except UpstreamUnavailableError as exc:
-            self.health_monitor.mark_down(str(exc))
+            self.health_monitor.mark_down(exc)
             raise
         finally:
             with self._lock:

@@ -4,6 +4,9 @@ health() must answer at once (the /health view and the console call it), so it r
 verdict, corrected as soon as a request meets the upstream up or down. The same poll learns the model's
 upstream name (the configured one, else the first the upstream lists) and its context length where the
 card tells it (vLLM's and Mooncake's `max_model_len`), so neither waits for the first request.
+
+An upstream that refuses our key reads "upstream authentication failed: ..." rather than unavailable, since
+only a fixed key helps; the polling goes on, so the model serves again once the upstream accepts it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import threading
 from typing import Any
 
 from inference.errors import EngineError, UpstreamUnavailableError
-from inference.frontends.remote.upstream import Upstream
+from inference.frontends.remote.upstream import Upstream, UpstreamAuthError, auth_failure
 from inference.status import EngineHealth
 
 logger = logging.getLogger(__name__)
@@ -29,7 +32,7 @@ class UpstreamHealth:
         self.interval = interval
         self.known_name: str | None = wanted
         self.max_model_len: int | None = None
-        self._error: str | None = "not checked yet"
+        self._error: str | None = "upstream unavailable: not checked yet"  # health's words; None: up
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -48,24 +51,28 @@ class UpstreamHealth:
 
     def health(self) -> EngineHealth:
         error = self._error
-        return (
-            EngineHealth("ready") if error is None else EngineHealth("dead", f"upstream unavailable: {error}")
-        )
+        return EngineHealth("ready") if error is None else EngineHealth("dead", error)
 
     def mark_up(self) -> None:
         self._error = None
 
-    def mark_down(self, error: str) -> None:
-        if self._error is None:
-            logger.warning("Upstream %s is unavailable: %s", self.upstream.host, error)
-        self._error = error
+    def mark_down(self, error: str | EngineError) -> None:
+        """Unavailable for `error`; a refused key is told as such (logged once per change of kind)."""
+        if isinstance(error, UpstreamAuthError):
+            text = auth_failure(self.upstream, error)
+        else:
+            text = f"upstream unavailable: {error}"
+        previous = self._error
+        if previous is None or previous.split(":", 1)[0] != text.split(":", 1)[0]:
+            logger.warning("Upstream %s: %s", self.upstream.host, text)
+        self._error = text
 
     def refresh(self) -> None:
         """One GET /models: the verdict, the model's name and context length."""
         try:
             cards = self.upstream.models(timeout=PROBE_TIMEOUT_S)
         except EngineError as exc:
-            self.mark_down(str(exc))
+            self.mark_down(exc)
             return
         self._learn(cards)
         if self._error is not None:

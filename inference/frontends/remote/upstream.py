@@ -3,7 +3,8 @@ llama-server, Ollama, another Mooncake), its model list, its streamed completion
 
 Every failure becomes one of two engine errors: UpstreamRejectedError for the upstream's verdict on the
 request itself (400, 413, 422: the client's to fix), UpstreamUnavailableError for everything else
-(unreachable, timed out, 5xx, 429, or refusing our key or model name: an operator's or a retry's to fix).
+(unreachable, timed out, 5xx, 429, or refusing our model name: an operator's or a retry's to fix), of
+which UpstreamAuthError is the upstream refusing our key (401, 403): an operator's to fix, named as such.
 """
 
 from __future__ import annotations
@@ -21,14 +22,21 @@ from inference.sampling_params import SamplingParams
 
 # Statuses that judge the request, not the server: passed on to the client as a 400.
 REJECTING_STATUSES = frozenset({400, 413, 422})
+# Statuses that refuse our credentials: no retry helps until the key (ours or the upstream's) is fixed.
+AUTH_STATUSES = frozenset({401, 403})
 CONNECT_TIMEOUT_S = 10.0
 _MAX_ERROR_CHARS = 2000
+
+
+class UpstreamAuthError(UpstreamUnavailableError):
+    """The upstream answered 401 or 403: it refuses the API key we send (or wants one and got none)."""
 
 
 class Upstream:
     def __init__(self, base_url: str, *, api_key: str | None, timeout: float) -> None:
         self.base_url = base_url.rstrip("/")
         self.host = urllib.parse.urlsplit(self.base_url).netloc
+        self.sends_key = bool(api_key)
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT_S, timeout))
 
@@ -134,10 +142,24 @@ def error_for_status(
             param=param if isinstance(param, str) else None,
         )
     retry = headers.get("retry-after", "")
-    return UpstreamUnavailableError(
+    kind = UpstreamAuthError if status in AUTH_STATUSES else UpstreamUnavailableError
+    return kind(
         f"the upstream answered {status}: {message}",
         retry_after=float(retry) if retry.isdecimal() else None,
     )
+
+
+def auth_failure(upstream: Upstream, exc: UpstreamAuthError) -> str:
+    """What an operator reads when the upstream refuses us: where, which setting, and what to do."""
+    if upstream.sends_key:
+        refused = (
+            f"{upstream.base_url} refused our API key (the one engine.api_key_env names, or engine.api_key)"
+        )
+        fix = "set a key it accepts"
+    else:
+        refused = f"{upstream.base_url} wants an API key and we sent none"
+        fix = "set engine.api_key_env to the variable that holds one"
+    return f"upstream authentication failed: {refused} ({exc}); {fix}"
 
 
 def parse_logprobs(block: dict[str, Any]) -> list[TokenLogprobs]:
