@@ -23,7 +23,7 @@ from webapp.core.models import EngineSettings, ModelRegistration
 from webapp.core.native_paths import native_path_label
 from webapp.serving.engine import resolve_builtin_engine
 from webapp.serving.engine_servers import not_installed_problem
-from webapp.serving.memory_check import plan_listed
+from webapp.serving.memory_check import plan_listed, unsized
 from webapp.serving.upstream_probe import Probe, probe_upstream
 
 logger = logging.getLogger(__name__)
@@ -62,13 +62,18 @@ def config_report() -> Report:
         )
     _model_sources(report)
     _load_waits(report)
-    # A models list is planned against the budget; one model, only for what its load would refuse.
+    # A models list is planned against the budget, and so is one model when a budget is set (the load
+    # refuses what exceeds it); otherwise one model only for what its load would refuse.
     budget = memory_budget(tuning) if tuning is not None else settings.MOONCAKE_MEMORY_BUDGET_BYTES or None
     try:
         plan = plan_listed(
-            settings.MOONCAKE, budget_bytes=budget, refusals_only=not is_list(settings.MOONCAKE)
+            settings.MOONCAKE,
+            budget_bytes=budget,
+            refusals_only=not is_list(settings.MOONCAKE) and budget is None,
         )
         report.problems.extend(plan.problems.values())
+        if budget is not None or is_list(settings.MOONCAKE):
+            report.lines.extend(f"memory plan:  {line}" for line in unsized(settings.MOONCAKE).values())
     except Exception as exc:  # the plan is advice; say why it is missing rather than fail the check
         logger.debug("Memory plan failed", exc_info=True)
         report.lines.append(f"memory plan:  not made ({type(exc).__name__}: {exc})")

@@ -2,7 +2,9 @@
 
 The budget: the manager's (MOONCAKE_MEMORY_BUDGET_BYTES, or the console's tuning page) where one is set;
 else, on CPU, the RAM available now; on a GPU each model's gpu_memory_utilization caps the device's use.
-Models whose size cannot be read (a missing path, a remote engine) are left to their load's own error; a
+A hub id is sized from its snapshot when the Hugging Face cache holds it (never downloaded here). Models
+whose size cannot be read (a missing path, a hub id not cached yet, a remote engine) are left to their
+load's own error (`unsized` names the hub ones, whose size is known only once downloaded); a
 max_model_len over the model's context, or over what an explicit kv_cache_memory_bytes holds, is a
 problem here, as it would be at load.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +21,7 @@ from django.conf import settings
 from inference.api import ModelManagerClient
 from inference.manager.memory_plan import Footprint, MemoryPlan, plan_memory
 from webapp.core.engine_config import base_layers, resolve_engine
+from webapp.core.hub_models import MODEL_FILES, cached, parse_hub_id
 from webapp.core.model_list import is_list, listed_models, source_of
 from webapp.core.modelpaths import check_source
 
@@ -48,11 +52,11 @@ def plan_listed(
             config = resolve_engine(base_layers(mooncake, listed=listed)).config
         except (TypeError, ValueError):
             continue  # reported where the config is built
-        found = check_source(source_of(mooncake, listed))
-        if config.engine_type != "native" or found.problem or found.path is None:
+        path = model_files(source_of(mooncake, listed)) if config.engine_type == "native" else None
+        if path is None:
             continue
         try:
-            shape = read_shape(found.path)
+            shape = read_shape(path)
         except Exception:
             logger.warning("Could not read the size of %s; not planned", listed.name, exc_info=True)
             continue
@@ -74,6 +78,36 @@ def plan_listed(
     return plan
 
 
+def model_files(source: str) -> Path | None:
+    """The files a native load of `source` reads, where they are here already: a local path, or a hub id's
+    snapshot in the Hugging Face cache (None when it is not cached: its size is unknown until downloaded)."""
+    hub = parse_hub_id(source)
+    if hub is not None:
+        return cached(hub, MODEL_FILES)
+    found = check_source(source)
+    return None if found.problem else found.path
+
+
+def unsized(mooncake: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """mooncake.yaml's native models named by a hub id that is not cached yet, each with why the plan
+    cannot size it: the budget is checked only when its load has downloaded it."""
+    found: dict[str, str] = {}
+    for listed in listed_models(mooncake):
+        hub = parse_hub_id(source_of(mooncake, listed))
+        if hub is None:
+            continue
+        try:
+            config = resolve_engine(base_layers(mooncake, listed=listed)).config
+        except (TypeError, ValueError):
+            continue
+        if config.engine_type == "native" and cached(hub, MODEL_FILES) is None:
+            found[listed.name] = (
+                f"{listed.name}: size unknown until downloaded ({hub} is not in the Hugging Face cache); "
+                "the memory budget is checked when it loads"
+            )
+    return found
+
+
 def start_names(manager: ModelManagerClient) -> list[str]:
     """What the server loads at start, in order: the default model; with a models list, every listed model
     (the default first only when it is not one of them: a default saved in the console)."""
@@ -92,4 +126,8 @@ def over_budget(manager: ModelManagerClient, names: Collection[str]) -> set[str]
     plan = plan_listed(settings.MOONCAKE, budget_bytes=manager.memory_budget_bytes, names=names)
     for message in plan.problems.values():
         logger.error("Not loading at start: %s", message)
+    if manager.memory_budget_bytes is not None:
+        for name, message in unsized(settings.MOONCAKE).items():
+            if name in names:
+                logger.warning("Not planned against the memory budget: %s", message)
     return set(plan.problems)

@@ -14,7 +14,9 @@ DEBUG = False
 SECRET_KEY = env_required("SECRET_KEY")
 ALLOWED_HOSTS = [h for h in env_required("ALLOWED_HOSTS").split(",") if h.strip()]
 
-# nginx terminates TLS and says so in X-Forwarded-Proto.
+# nginx terminates TLS and says so in X-Forwarded-Proto. SECURE_SSL_REDIRECT says whether TLS is in front:
+# 0 is a plain-HTTP trial, which also needs cookies without the Secure flag (a browser keeps a Secure
+# cookie from plain HTTP only on localhost, so the login's CSRF check would fail anywhere else).
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
 # /metrics names every model, restricted ones too: here it answers only MOONCAKE_METRICS_TOKEN's bearer.
@@ -26,8 +28,8 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
-SESSION_COOKIE_SECURE = True
-CSRF_COOKIE_SECURE = True
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", SECURE_SSL_REDIRECT)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", SECURE_SSL_REDIRECT)
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 # nginx appends the client's address to X-Forwarded-For: the login throttle counts per client, not per nginx.

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 import yaml
 from gguf import GGMLQuantizationType
+from huggingface_hub import constants
 
+from tests.webapp.serving.hub_cache import REPO, hub_snapshot
 from webapp.core import native_paths
 from webapp.core.config import resolve_settings
 from webapp.core.models import EngineSettings, ModelRegistration
@@ -118,3 +120,38 @@ def test_each_model_says_whether_it_runs_natively_and_how(
     assert runs("q4") == "native: LlamaForCausalLM, GGUF blocks read as stored"
     assert runs("gone") == "native engine; architecture unknown (its files are not here)"
     assert runs("extra") == "native: LlamaForCausalLM, fp32 dense"  # the console's dtype
+
+
+def test_a_memory_budget_with_a_hub_id_is_checked_from_the_cache(
+    db: None, settings: Any, tmp_path: Path, hf_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One model by hub id and a budget: sized from its cached snapshot, as its load would refuse it; not
+    cached, `check` says its size is unknown until downloaded (and never downloads it)."""
+    config = tmp_path / "mooncake.yaml"
+    config.write_text(yaml.safe_dump({"model": {"model_id": REPO, "dtype": "float32"}}))
+    env = {
+        "MOONCAKE_DATA": str(tmp_path),
+        "MOONCAKE_CONFIG": str(config),
+        "MOONCAKE_MEMORY_BUDGET_BYTES": "100000",
+    }
+    resolved = resolve_settings(env, base_dir=tmp_path, cwd=tmp_path)
+    settings.MOONCAKE_SETTINGS, settings.MOONCAKE = resolved, resolved.yaml
+    settings.MOONCAKE_MEMORY_BUDGET_BYTES = 100_000
+    # Downloads allowed (so not caching it is no problem of its own), from a hub nothing listens on.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+
+    report = config_report()
+    unknown = [line for line in report.lines if line.startswith("memory plan:")]
+    assert unknown == [
+        f"memory plan:  {REPO}: size unknown until downloaded ({REPO} is not in the Hugging Face cache); "
+        "the memory budget is checked when it loads"
+    ]
+    assert not any(REPO in p for p in report.problems), report.problems
+
+    hub_snapshot(hf_home)
+    report = config_report()
+    assert not any(line.startswith("memory plan:") for line in report.lines)
+    [problem] = [p for p in report.problems if REPO in p]
+    assert problem.startswith(f"{REPO} (model) does not fit"), problem
+    assert "than the 0.00 GiB that the memory budget (MOONCAKE_MEMORY_BUDGET_BYTES" in problem
