@@ -9,6 +9,10 @@ n > 1 (`fork`): a child shares the parent's blocks that hold prompt tokens [0, L
 prompt length; the rest of the prompt (1..block_size tokens) is recomputed into the child's own blocks.
 Shared blocks are never written again, so copy-on-write is never needed, and the child gets the logits
 of its last prompt position to sample its own first token.
+
+A model whose every layer attends within a sliding window (`kv_window`, Mistral's) never reads a key
+older than the window again, so a running sequence hands those blocks back (`release_outside_window`):
+its KV memory stays bounded by the window however long it grows.
 """
 
 from __future__ import annotations
@@ -36,12 +40,20 @@ def chain_hash(parent: int, token_ids: tuple[int, ...]) -> int:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enable_prefix_caching: bool = True,
+        kv_window: int | None = None,
+    ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.kv_window = kv_window
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: deque[int] = deque(range(num_blocks))  # ref 0, no hash
         self._evictable: OrderedDict[int, None] = OrderedDict()  # ref 0, hashed; oldest first
@@ -133,19 +145,31 @@ class BlockManager:
             raise ValueError(f"{child!r} already holds blocks")
         num_shared = min((parent.num_prompt_tokens - 1) // self.block_size, len(parent.block_table))
         num_shared = min(num_shared, parent.num_computed_tokens // self.block_size)
-        for block_id in parent.block_table[:num_shared]:
+        released = parent.num_released_blocks
+        if released > self._outside_window(num_shared * self.block_size):
+            num_shared = released = 0  # the child's first rows would see keys the parent has let go
+        for block_id in parent.block_table[released:num_shared]:
             self._take(block_id)
         child.block_table = parent.block_table[:num_shared]
         child.block_hashes = parent.block_hashes[:num_shared]
+        child.num_released_blocks = released
         child.num_computed_tokens = num_shared * self.block_size
 
     def free(self, seq: Sequence) -> None:
         """Release seq's blocks; hashed ones stay reusable. Tail first, so it is evicted first."""
-        for block_id in reversed(seq.block_table):
+        for block_id in reversed(seq.block_table[seq.num_released_blocks :]):
             self._release(block_id, seq)
         seq.block_table = []
         seq.block_hashes = []
+        seq.num_released_blocks = 0
         seq.num_computed_tokens = 0
+
+    def release_outside_window(self, seq: Sequence) -> None:
+        """Hand back seq's leading blocks that no row from its next position on can see (kv_window)."""
+        gone = min(self._outside_window(seq.num_computed_tokens), len(seq.block_table))
+        for block_id in seq.block_table[seq.num_released_blocks : gone]:
+            self._release(block_id, seq)  # full and computed, so hashed: still a prefix-cache hit for now
+        seq.num_released_blocks = max(seq.num_released_blocks, gone)
 
     def trim(self, seq: Sequence, num_tokens: int) -> None:
         """Free seq's blocks past the first num_tokens positions (ones reserved for rejected drafts).
@@ -163,6 +187,13 @@ class BlockManager:
         self._evictable.clear()
 
     # ---- internals --------------------------------------------------------------------------------
+    def _outside_window(self, position: int) -> int:
+        """How many leading blocks hold only keys that a row at `position` or later never sees."""
+        if self.kv_window is None:
+            return 0
+        # A row at p sees keys p - window < k <= p (transformers' window).
+        return max(0, position - self.kv_window + 1) // self.block_size
+
     def _grow(self, seq: Sequence, num_tokens: int) -> None:
         while len(seq.block_table) < self.blocks_for(num_tokens):
             seq.block_table.append(self._fresh())

@@ -50,6 +50,7 @@ class Runner(Protocol):
     max_model_len: int
     kv_capacity_tokens: int
     vocab_size: int
+    kv_window: int | None  # every layer's keys older than this many positions are never read again
 
     # in_flight: only passed when async scheduling is on (a runner then sets supports_in_flight_ids).
     def execute(self, chunks: list[ScheduledChunk], in_flight: InFlightIds | None = None) -> StepLogits: ...
@@ -76,7 +77,10 @@ class LLMEngine:
         # A lone sequence must always fit in the cache, or preemption could never make room for it.
         self.max_model_len = min(runner.max_model_len, runner.num_blocks * runner.block_size)
         block_manager = BlockManager(
-            runner.num_blocks, runner.block_size, enable_prefix_caching=config.enable_prefix_caching
+            runner.num_blocks,
+            runner.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+            kv_window=runner.kv_window,
         )
         drafter = Drafter(config.speculative, self.max_model_len) if config.speculative is not None else None
         self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), block_manager, drafter)

@@ -93,6 +93,7 @@ class ModelRunner:
             softcap=self.model.has_softcap,
         )
         self.attention_backend_name = self.backend.name
+        self.kv_window: int | None = self.model.kv_window
         # Until sized, the model may run (CUDA profiling) with any cache; max_model_len bounds nothing yet.
         self.max_model_len = loaded.context_length
         self.num_blocks = 0

@@ -180,6 +180,9 @@ class Scheduler:
         prefills = [s for s in self.running if not s.is_decoding]
         self.finishing.clear()
         budget = self._token_budget(len(decodes))
+        if self.block_manager.kv_window is not None:
+            for seq in self.running:
+                self.block_manager.release_outside_window(seq)
         # Drafts get what is left once every decode has its token and waiting prompts their floor.
         undrafted = len(decodes)
         prefill_floor = max(_MIN_PREFILL_CHUNK, self.block_manager.block_size)

@@ -52,6 +52,7 @@ class Sequence:
         "num_cached_tokens",
         "num_computed_tokens",
         "num_prompt_tokens",
+        "num_released_blocks",
         "params",
         "priority",
         "request_id",
@@ -85,6 +86,9 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # chained hash of each full, computed block, in order
+        # Leading blocks handed back because every layer's window has passed them: their ids stay in the
+        # table (positions still index it, and the kernels mask those keys), but they are no longer ours.
+        self.num_released_blocks = 0
         self.num_computed_tokens = 0  # tokens whose KV is in the cache (computed or prefix hits)
         self.num_cached_tokens = 0  # prefix-cache hits at first admission
         self.stop_reason: str | int | None = None

@@ -142,6 +142,9 @@ class DecoderForCausalLM(nn.Module):
         for layer, window in zip(self.decoder_layers(), windows, strict=True):
             layer.self_attn.attn.sliding_window = window
         self.has_sliding_window = any(window is not None for window in windows)
+        # Only when every layer has a window can a sequence let go of the KV before the widest one.
+        bounded = [window for window in windows if window is not None]
+        self.kv_window = max(bounded) if bounded and len(bounded) == len(windows) else None
         self.rotary = RotaryEmbedding(self.args.head_dim, self.args.rope)
         self.lm_head = (
             None

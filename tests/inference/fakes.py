@@ -70,6 +70,7 @@ class FakeRunner:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.kv_capacity_tokens = num_blocks * block_size
+        self.kv_window: int | None = None
         self.kv_cache_bytes = num_blocks * block_size * 8
         self.vocab_size = VOCAB
         self.kv: dict[int, tuple[int, int]] = {}

@@ -61,14 +61,16 @@ def make_engine(loaded: Any, **overrides: Any) -> LLMEngine:
 
 
 @torch.inference_mode()
-def hf_greedy(model: Any, prompt: list[int], eos: set[int]) -> tuple[list[int], list[float]]:
+def hf_greedy(
+    model: Any, prompt: list[int], eos: set[int], *, max_new_tokens: int = MAX_TOKENS
+) -> tuple[list[int], list[float]]:
     """HF generate(do_sample=False) tokens, and the log_softmax of HF's raw logits at each chosen token."""
     ids = torch.tensor([prompt])
     out = model.generate(
         ids,
         attention_mask=torch.ones_like(ids),
         do_sample=False,
-        max_new_tokens=MAX_TOKENS,
+        max_new_tokens=max_new_tokens,
         eos_token_id=sorted(eos),
         pad_token_id=sorted(eos)[0],
         output_logits=True,

@@ -14,7 +14,7 @@ def seq(tokens, **kw):
 
 
 def check_invariants(bm: BlockManager, live: list[Sequence]) -> None:
-    refs = Counter(b for s in live for b in s.block_table)
+    refs = Counter(b for s in live for b in s.block_table[s.num_released_blocks :])
     for block in bm.blocks:
         assert block.ref_count == refs.get(block.block_id, 0) >= 0
     assert bm.num_free_blocks == sum(1 for b in bm.blocks if b.ref_count == 0)
@@ -24,6 +24,55 @@ def check_invariants(bm: BlockManager, live: list[Sequence]) -> None:
 def compute(bm: BlockManager, s: Sequence) -> None:
     s.num_computed_tokens = len(s.token_ids)
     bm.cache_full_blocks(s)
+
+
+def test_a_windowed_sequence_hands_back_the_blocks_its_window_has_passed():
+    bm = BlockManager(8, 4, kv_window=6)
+    s = seq(range(18))
+    bm.allocate(s, [], 18)
+    compute(bm, s)
+    # The next row (position 18) sees keys 13..18: blocks 0-2 (positions 0..11) are never read again.
+    bm.release_outside_window(s)
+    assert s.num_released_blocks == 3 and len(s.block_table) == 5 and bm.num_free_blocks == 6
+    check_invariants(bm, [s])
+    bm.release_outside_window(s)  # idempotent
+    assert bm.num_free_blocks == 6
+    # Released blocks are full and hashed: another prompt with the same start still hits them.
+    assert bm.match_prefix(seq(range(13))) == s.block_table[:3]
+    bm.free(s)
+    assert bm.num_free_blocks == 8 and s.num_released_blocks == 0
+    check_invariants(bm, [])
+
+
+def test_without_a_window_nothing_is_released():
+    bm = BlockManager(8, 4)
+    s = seq(range(18))
+    bm.allocate(s, [], 18)
+    compute(bm, s)
+    bm.release_outside_window(s)
+    assert s.num_released_blocks == 0 and bm.num_free_blocks == 3
+
+
+@pytest.mark.parametrize(("released_at", "shared", "released"), [(16, 4, 2), (19, 0, 0)])
+def test_a_fork_shares_only_the_blocks_its_first_rows_still_see(released_at, shared, released):
+    """Parent: 19 prompt tokens, window 8, blocks released for a row at `released_at`. The child recomputes
+    from position 16 (its last prompt block): when the parent has let go of a block that row still sees,
+    the child shares nothing and recomputes the whole prompt."""
+    bm = BlockManager(16, 4, kv_window=8)
+    parent = seq(range(19))
+    bm.allocate(parent, [], 19)
+    parent.num_computed_tokens = released_at
+    bm.cache_full_blocks(parent)
+    bm.release_outside_window(parent)
+    compute(bm, parent)
+    child = seq(range(19))
+    bm.fork(parent, child)
+    assert len(child.block_table) == shared and child.num_released_blocks == released
+    assert child.num_computed_tokens == shared * 4
+    check_invariants(bm, [parent, child])
+    bm.free(child)
+    bm.free(parent)
+    check_invariants(bm, [])
 
 
 def test_allocate_append_free_round_trip():

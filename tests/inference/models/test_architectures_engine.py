@@ -88,7 +88,10 @@ def test_small_prefill_chunks_and_forced_preemption(case: tuple[LoadedModel, Any
     args = args_of(loaded)
     per_token = args.num_layers * 2 * args.num_kv_heads * args.head_dim * 4
     longest = max(len(p) for p in prompts) + MAX_TOKENS
-    tight = engine_for(loaded, max_model_len=longest, kv_cache_memory_bytes=per_token * (longest + 48))
+    # A model that windows every layer hands old blocks back as it goes: only a cache about one long
+    # sequence deep makes it preempt.
+    slack = 8 if cast(DecoderForCausalLM, loaded.model).kv_window else 48
+    tight = engine_for(loaded, max_model_len=longest, kv_cache_memory_bytes=per_token * (longest + slack))
     assert replies(tight, prompts) == expected
     assert tight.stats().num_preemptions > 0
 
@@ -114,3 +117,43 @@ def test_ngram_speculation_keeps_the_greedy_replies(case: tuple[LoadedModel, Any
     assert replies(engine, prompts) == expected
     stats = engine.stats()
     assert stats.spec_decode_num_drafts > 0, "no drafts: the test would check nothing"
+
+
+def test_a_model_windowed_on_every_layer_holds_kv_for_its_window_only(
+    tiny_model_dir: Callable[[str], Path],
+) -> None:
+    """Mistral's window on every layer: a 130-token prompt fed in 16-token chunks, then 40 tokens more,
+    never holds more blocks than the window, a chunk and the block in progress, and still equals HF."""
+    from transformers import AutoModelForCausalLM
+
+    folder = tiny_model_dir("mistral-window")
+    loaded = load_model(str(folder), dtype="float32", device="cpu")
+    window = cast(DecoderForCausalLM, loaded.model).kv_window
+    assert window == 32
+    prompt = eight_prompts(args_of(loaded).vocab_size)[-1]
+    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    expected = hf_greedy(reference, prompt, {args_of(loaded).vocab_size + 1}, max_new_tokens=40)[0]
+
+    engine = engine_for(loaded, max_num_batched_tokens=16, max_num_seqs=8)
+    manager = engine.scheduler.block_manager
+    engine.add_request("long", prompt, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    peak, reply = 0, []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            reply = out.outputs[0].token_ids
+        peak = max(peak, manager.num_used_blocks)
+    assert reply == expected
+    block = manager.block_size
+    # window keys (2 blocks, 3 when unaligned) + a 16-token chunk (1 block, 2 unaligned)
+    assert peak <= 5 < manager.blocks_for(len(prompt) + 40)
+    assert manager.num_used_blocks == 0 and len(prompt) > 4 * window // block * block
+
+
+def test_a_fork_of_a_windowed_prompt_keeps_the_greedy_reply(case: tuple[LoadedModel, Any]) -> None:
+    """n > 1 shares the parent's prompt blocks with its siblings; past a window, only those it still holds."""
+    loaded, (prompts, expected) = case
+    engine = engine_for(loaded, max_num_batched_tokens=16, max_num_seqs=8)
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, n=2)
+    (out,) = engine.generate([prompts[-1]], params)
+    assert [o.token_ids for o in out.outputs] == [expected[-1]] * 2
+    assert engine.scheduler.block_manager.num_used_blocks == 0
