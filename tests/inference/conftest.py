@@ -145,6 +145,19 @@ TINY_CONFIGS: dict[str, dict[str, object]] = {
         "norm_topk_prob": True,
         "tie_word_embeddings": True,
     },
+    # Dense families served the same way; windows shorter than a chat prompt with its template, so they bite.
+    "mistral-chat": {"kind": "mistral", "vocab_size": 49152, "num_key_value_heads": 2, "sliding_window": 16},
+    "gemma2-chat": {
+        "kind": "gemma2",
+        "vocab_size": 49152,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "sliding_window": 16,
+        "attn_logit_softcapping": 1.5,
+        "final_logit_softcapping": 4.0,
+        "num_hidden_layers": 3,
+    },
+    "phi3-chat": {"kind": "phi3", "vocab_size": 49152, "num_key_value_heads": 2, "pad_token_id": 0},
     "olmoe": {
         "kind": "olmoe",
         "num_key_value_heads": 4,

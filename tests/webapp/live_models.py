@@ -25,10 +25,24 @@ MODELS = {
         {"id": "smol-spec", "model_id": "default", "dtype": "bfloat16", "speculative": SPEC},
         {"id": "smol-async", "model_id": "default", "dtype": "bfloat16", "async_scheduling": True},
         {"id": "smol-hf", "model_id": "default", "dtype": "float32", "type": "transformers"},
-        # A tiny random mixture-of-experts checkpoint (Qwen3-MoE's structure), written into the server's
-        # model root before it starts (tests/webapp/test_moe_live.py).
-        {"id": "tiny-moe", "model_id": "models/tiny-moe", "dtype": "float32"},
+        # Tiny random checkpoints of the natively served families beyond Llama and Qwen (a mixture of
+        # experts with Qwen3-MoE's structure, Mistral's window, Gemma 2's soft caps and local layers,
+        # Phi-3's fused projections), written into the server's model root before it starts
+        # (tests/webapp/test_architectures_live.py).
+        *(
+            {"id": name, "model_id": f"models/{name}", "dtype": "float32"}
+            for name in ("tiny-moe", "tiny-mistral", "tiny-gemma2", "tiny-phi3")
+        ),
+        # The bundled default embedding model (tests/webapp/test_embeddings_live.py).
+        {"id": "all-minilm-l6-v2", "model_id": "default-embedding", "task": "embed"},
     ]
+}
+# The tiny checkpoints above and their structures (tests/inference/conftest.py TINY_CONFIGS).
+TINY_MODELS = {
+    "tiny-moe": "qwen3-moe-chat",
+    "tiny-mistral": "mistral-chat",
+    "tiny-gemma2": "gemma2-chat",
+    "tiny-phi3": "phi3-chat",
 }
 MODEL_IDS = {str(model["id"]) for model in MODELS["models"]}
 ADMIN, ADMIN_PASSWORD = "list-admin", "moon-cake-42!"
@@ -83,14 +97,16 @@ def console_row(page: str, model: str) -> str:
     return row[: row.index("</tr>")]
 
 
-def write_tiny_moe(folder: Path) -> Path:
+def write_tiny_models(models: Path) -> None:
+    """Each of TINY_MODELS into models/<id>, with the bundled model's tokenizer."""
     from inference.models.gguf_convert import ensure_converted
     from inference.models.loader import default_gguf_path
     from tests.inference.conftest import build_tiny_model_dir
     from tests.live_server import shared_cache_dir
 
     tokenizer_dir = ensure_converted(default_gguf_path(), shared_cache_dir())
-    return build_tiny_model_dir("qwen3-moe-chat", folder, tokenizer_dir)
+    for name, structure in TINY_MODELS.items():
+        build_tiny_model_dir(structure, models / name, tokenizer_dir)
 
 
 def _in_data(model: dict[str, Any], data: Path) -> dict[str, Any]:
@@ -103,7 +119,7 @@ def _in_data(model: dict[str, Any], data: Path) -> dict[str, Any]:
 def models_list_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
     """The session's models-list server, every model loaded, with a staff user ADMIN."""
     data = tmp_path_factory.mktemp("models-list")
-    write_tiny_moe(data / "models" / "tiny-moe")
+    write_tiny_models(data / "models")
     config = {"model": {"models": [_in_data(m, data) for m in MODELS["models"]]}}
     server = start_live_daphne(data, config=config)
     try:
