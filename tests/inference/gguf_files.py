@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,10 +169,17 @@ _PROJECTIONS = {
 }
 
 
-def write_dense_gguf(hf_dir: Path, path: Path, arch: str, *, projections_type: str = "F32") -> None:
+def write_dense_gguf(
+    hf_dir: Path,
+    path: Path,
+    arch: str,
+    *,
+    projections_type: str = "F32",
+    tokenizer: Callable[[GGUFWriter, int], None] = add_tokenizer,
+) -> None:
     """The tiny Gemma 2 / Gemma 3 / Phi-3 checkpoint in `hf_dir` as llama.cpp's converter writes it (norms
     as 1 + w for Gemma, Phi-3's projections fused, LongRoPE factors as tensors), the projections stored as
-    `projections_type` (F32 or Q8_0), everything else F32."""
+    `projections_type` (F32 or Q8_0), everything else F32; `tokenizer` writes the vocabulary."""
     config = json.loads((hf_dir / "config.json").read_text())
     tensors = {k: v.astype(np.float32) for k, v in load_file(str(hf_dir / "model.safetensors")).items()}
     gemma = arch.startswith("gemma")
@@ -213,7 +221,7 @@ def write_dense_gguf(hf_dir: Path, path: Path, arch: str, *, projections_type: s
         writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)))
         writer.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
         writer.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
-    add_tokenizer(writer, config["vocab_size"])
+    tokenizer(writer, config["vocab_size"])
 
     def add(gguf_name: str, value: np.ndarray) -> None:
         if gemma and gguf_name.endswith("norm.weight"):
