@@ -14,6 +14,8 @@
 #   (c) 64 requests, a shared 400-token system prompt, concurrency 16, max_tokens 32
 #   (d) 64 requests of (a)'s prompts, Poisson arrivals at BENCH_D_LOAD (0.8) x the server's own (a) request
 #       throughput, no concurrency cap: the tail (TTFT and ITL p99) near each server's capacity
+#   (p)  4 distinct 1,000-token prompts, concurrency 1, max_tokens 1: prompt tokens per second to the first
+#       token (not in the default BENCH_LOADS; issue 30's prefill figure for the shaped models)
 #   (e) 16 edit-a-given-text requests (fix the typos / rename a variable, the answer repeats the prompt),
 #       concurrency 4, max_tokens 256, against ours and llama-server twice: speculation off, then a second
 #       start with n-gram speculation (BENCH_SPEC, BENCH_LLAMA_SPEC); acceptance rate from GET /metrics
@@ -205,6 +207,8 @@ run_loads() {  # name base_url loads
                 limit=$(awk -v r="$rate" -v s="$TIME_SCALE" 'BEGIN {printf "%d", (64 / r > 810 ? 810 : 64 / r) / s + 90}')
                 args=(--dataset fixed --num-prompts 64 --max-tokens 128 --request-rate "$rate") ;;
             e) limit=240; args=(--dataset edit --num-prompts 16 --max-concurrency 4 --max-tokens 256 --spec-metrics) ;;
+            p) limit=300; args=(--dataset random --random-input-len 1000 --random-range-ratio 0 --num-prompts 4
+                --max-concurrency 1 --max-tokens 1) ;;
             *) log "unknown load $load"; return 1 ;;
         esac
         limit=$(awk -v l="$limit" -v s="$TIME_SCALE" 'BEGIN {printf "%d", l * s}')

@@ -49,8 +49,19 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         "generated": generated,
         "prompt_tokens": sum(map(len, prompts)),
         "peak_rss_mib": peak_rss_mib(),
-        "model_dir": str(engine.loaded.model_dir),
+        "model_dir": str(_checkpoint_dir(engine.loaded)),
     }
+
+
+def _checkpoint_dir(loaded: Any) -> Path:
+    """A folder transformers loads: a GGUF read as stored blocks has only config and tokenizer in its cache
+    folder, so the dequantized checkpoint is written beside them first."""
+    if any(Path(loaded.model_dir).glob("*.safetensors")):
+        return Path(loaded.model_dir)
+    from inference.models.gguf_convert import ensure_converted
+    from inference.models.loader import DEFAULT_CACHE_DIR, resolve_source
+
+    return ensure_converted(resolve_source(loaded.source), DEFAULT_CACHE_DIR)
 
 
 def run_hf(args: argparse.Namespace) -> dict[str, Any]:

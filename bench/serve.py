@@ -445,6 +445,8 @@ def report(
         "request_throughput": len(done) / duration if duration else 0.0,
         "output_throughput": output_tokens / duration if duration else 0.0,
         "total_token_throughput": (prompt_tokens + output_tokens) / duration if duration else 0.0,
+        # Prompt tokens over the time to their first token: the prefill rate (load (p), one at a time).
+        "prompt_throughput": prompt_tokens / sum(r.ttft for r in done) if done and prompt_tokens else 0.0,
         "ttft_ms": {k: v * ms for k, v in summary([r.ttft for r in done]).items()},
         "tpot_ms": {k: v * ms for k, v in summary(tpot).items()},
         "itl_ms": {k: v * ms for k, v in summary([g for r in done for g in r.itl]).items()},

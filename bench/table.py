@@ -19,12 +19,14 @@ LOADS = {
     "c": "64 requests, shared 400-token system prompt, concurrency 16, max_tokens 32, greedy",
     "d": "64 requests of (a), Poisson arrivals at 0.8x the server's own (a) request rate, max_tokens 128",
     "e": "16 edit-a-given-text requests, concurrency 4, max_tokens 256, greedy; speculation off and on",
+    "p": "4 distinct 1,000-token prompts, concurrency 1, max_tokens 1: the prefill rate",
 }
 # (figure, how to read it, which way is better)
 FIGURES: list[tuple[str, Callable[[dict[str, Any]], float], str]] = [
     ("request throughput (req/s)", lambda d: d["request_throughput"], "higher"),
     ("output tok/s", lambda d: d["output_throughput"], "higher"),
     ("total tok/s", lambda d: d["total_token_throughput"], "higher"),
+    ("prompt tok/s to first token", lambda d: d.get("prompt_throughput", 0.0), "higher"),
     ("TTFT mean (ms)", lambda d: d["ttft_ms"]["mean"], "lower"),
     ("TTFT p50 (ms)", lambda d: d["ttft_ms"]["p50"], "lower"),
     ("TTFT p99 (ms)", lambda d: d["ttft_ms"]["p99"], "lower"),
@@ -52,6 +54,7 @@ TARGETS: dict[str, list[tuple[str, str, float, str]]] = {
         ("a", "TTFT p50 (ms)", 1.0, "max"),
         ("b", "ITL p50 (ms)", 1.25, "max"),
         ("c", "TTFT p50 (ms)", 0.5, "max"),
+        ("p", "prompt tok/s to first token", 1.5, "min"),
     ],
     "transformers": [
         ("a", "output tok/s", 3.0, "min"),

@@ -2,11 +2,11 @@
 
 Where a model keeps no dense copy (gguf_dense_copy off), each projection whose shards the file stores in
 types the kernels read gets no dense parameter at all: its weight stays empty while the model is
-materialized, and the converted checkpoint's tensors for it are only sampled (rows at the start, middle
-and end) and compared bit for bit with the blocks' own bf16 expansion, as `matches` compares a layer that
-keeps its dense copy. So loading needs the blocks, the other weights (embedding, norms) and a few expanded
-rows at a time, not the whole dense model. A disagreement (which would be a kernel bug) raises
-BlocksDisagree: the loader then loads again with the dense copy.
+materialized, and nothing dequantizes it whole. A few of its rows (at the start, middle and end) are
+expanded by the kernels and compared bit for bit with gguf-py's dequantization of the same blocks, rounded
+to bf16, as `matches` compares a layer that keeps its dense copy. A disagreement (which would be a kernel
+bug, or blocks mapped to the wrong rows) raises BlocksDisagree: the loader then loads again with the dense
+copy.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -62,9 +61,8 @@ class BlockOnlyLoad:
     def takes(self, name: str, rows: Callable[[int, int], torch.Tensor]) -> bool:
         """For load_weights: whether checkpoint tensor `name` belongs to a planned projection, checked
         against its blocks (raises BlocksDisagree where it is not their expansion). `rows(start, stop)`
-        reads those rows of the checkpoint tensor: only pairs at its start, middle and end are read, so the
-        dense checkpoint is barely touched (a row permutation, or an expansion that differs, shows there;
-        the kernel's expansion of every type was checked against gguf-py when it loaded)."""
+        reads those rows of the reference: only pairs at its start, middle and end (a row permutation, or an
+        expansion that differs, shows there)."""
         blocks = self.sources.get(name)
         if blocks is None:
             return False
@@ -87,15 +85,8 @@ class BlockOnlyLoad:
 
 
 def _same_rows(blocks: BlockMatrix, stored: torch.Tensor) -> bool:
-    """Whether checkpoint rows `stored` are these blocks' values: their bf16 expansion equal to the rows in
-    bf16 (an fp32 checkpoint), or their fp32 values rounded as a large model's fp16 checkpoint stores them
-    (rounding twice, fp32 -> fp16 -> bf16, differs from the kernels' one rounding in some weights)."""
-    if torch.equal(dequantized_bf16(blocks), stored.to(torch.bfloat16)):
-        return True
-    if stored.dtype == torch.float32:
-        return False
-    values = torch.from_numpy(np.ascontiguousarray(blocks.dequantize()))
-    return torch.equal(values.to(stored.dtype), stored)
+    """Whether reference rows `stored` (float32) round to the blocks' bf16 expansion."""
+    return torch.equal(dequantized_bf16(blocks), stored.to(torch.bfloat16))
 
 
 def _linear(model: DecoderForCausalLM, name: str) -> Linear:

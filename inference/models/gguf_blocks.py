@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
-from inference.models.gguf_convert import _PERMUTED_ARCHS, _unpermute, hf_names
+from inference.models.gguf_tensors import PERMUTED_ARCHS, hf_names, unpermute
 from inference.models.gguf_dense_config import fused_shards
 from inference.models.gguf_file import GGUFFile
 
@@ -181,7 +181,7 @@ def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBl
             if tensor.name == "token_embd.weight" and not isinstance(blocks, Q4Blocks):
                 embedding = blocks
                 continue
-            if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
+            if arch in PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
                 blocks = _permuted(blocks, num_heads if "q_proj" in name else num_kv_heads)
             # A fused projection (Phi-3's qkv and gate-up) as its shards: the fused module stacks them back.
             shards = fused_shards(name, blocks.shape[0], num_heads, num_kv_heads) or [(name, blocks.shape[0])]
@@ -215,13 +215,13 @@ def _permuted(blocks: BlockMatrix, heads: int) -> BlockMatrix:
     """llama.cpp's Q/K row interleave undone: a row permutation moves each row's levels with its scales."""
     if isinstance(blocks, Q4Blocks):
         return Q4Blocks(
-            _unpermute(blocks.nibbles, heads),
-            _unpermute(blocks.scale, heads),
-            _unpermute(blocks.minimum, heads),
+            unpermute(blocks.nibbles, heads),
+            unpermute(blocks.scale, heads),
+            unpermute(blocks.minimum, heads),
         )
     if isinstance(blocks, Q8Blocks):
-        return Q8Blocks(_unpermute(blocks.levels, heads), _unpermute(blocks.scale, heads))
-    return KQuantBlocks(blocks.type_name, np.ascontiguousarray(_unpermute(blocks.raw, heads)))
+        return Q8Blocks(unpermute(blocks.levels, heads), unpermute(blocks.scale, heads))
+    return KQuantBlocks(blocks.type_name, np.ascontiguousarray(unpermute(blocks.raw, heads)))
 
 
 def parse_q8_0(raw: np.ndarray) -> Q8Blocks:

@@ -21,6 +21,7 @@ from inference.device import resolve_device, resolve_dtype
 from inference.models import SUPPORTED_ARCHITECTURES, get_model_class
 from inference.models.block_loading import BlockOnlyLoad, BlocksDisagree
 from inference.models.gguf_convert import ensure_converted
+from inference.models.gguf_file import GGUFFile
 from inference.models.linear_setup import plan_linears, use_linear_methods
 from inference.models.weights import load_weights
 
@@ -156,7 +157,9 @@ def load_model(
     started = time.monotonic()
     path = resolve_source(source, model_roots=model_roots)
     cache = ensure_private_dir(cache_dir or DEFAULT_CACHE_DIR) if path.is_file() else None
-    model_dir = ensure_converted(path, cache) if cache is not None else path
+    # A GGUF's config and tokenizer come from the cache; its weights from the file itself unless a path
+    # needs a dense copy of every projection (below).
+    model_dir = ensure_converted(path, cache, weights=False) if cache is not None else path
     hf_config = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
     architecture = _architecture(hf_config)
     model_cls = get_model_class(architecture)
@@ -190,8 +193,13 @@ def load_model(
     # Cast while still on meta, then materialize on the target device in the final dtype: no throwaway
     # random init and no transient fp32 copy of a model that should only ever be bf16 on the GPU.
     model = model.to(torch_dtype).to_empty(device=torch_device)
+    gguf = None
+    if cache is not None and block_only is not None:
+        gguf = GGUFFile(path)  # every projection it reads as blocks: the rest straight from the file
+    elif cache is not None:
+        model_dir = ensure_converted(path, cache)  # dense projections: the dequantized safetensors copy
     try:
-        load_weights(model, model_dir, blocks=block_only)
+        load_weights(model, model_dir, blocks=block_only, gguf=gguf)
     except BlocksDisagree as exc:
         logger.error("%s; loading %s again with a dense bf16 copy of its projections", exc, path.name)
         return load_model(

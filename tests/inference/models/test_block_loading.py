@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 
-from inference.models import block_loading, gguf_convert, kernel_build
+from inference.models import block_loading, kernel_build
 from inference.models.gguf_blocks import BlockMatrix
 from inference.models.layers import Linear
 from inference.models.linear_method import GGUFBlocksMethod, GGUFDecodeMethod
 from inference.models.loader import LoadedModel, load_model
 from inference.models.q4_decode import dequantized_bf16
+from tests.inference.all_logits import IDS, logits
 from tests.inference.gguf_files import write_moe_gguf
 
 pytestmark = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the block kernels need AVX512-BF16")
@@ -61,24 +61,26 @@ def test_blocks_that_disagree_with_the_checkpoint_load_again_with_the_dense_copy
     assert "do not expand to the checkpoint's weights" in caplog.text
 
 
-def test_a_large_models_fp16_checkpoint_still_loads_its_blocks_alone(
+def test_a_load_from_blocks_writes_no_dequantized_copy_of_the_file(
     tiny_model_dir: Callable[[str], Path],
     test_cache_dir: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Above FP32_MAX_ELEMENTS (every 7B+ file) the converted checkpoint is fp16, and rounding twice (fp32 ->
-    fp16 -> bf16) differs from the kernels' one rounding in some weights: that is not a disagreement of the
-    blocks (it read as one, and such files reloaded with a dense copy)."""
-    monkeypatch.setattr(gguf_convert, "FP32_MAX_ELEMENTS", 0)
-    cache = tmp_path / "cache"  # its own: the fp16 conversion must not take the shared cache's place
+    """Every projection read as stored: the rest of the weights come straight from the GGUF, and the cache
+    holds only its config and tokenizer; a later load that wants dense projections adds the dequantized
+    checkpoint beside them, and both loads compute the same logits."""
+    cache = tmp_path / "cache"  # its own, to see what a load writes there
     shutil.copytree(test_cache_dir / "kernels", cache / "kernels")
     path = tmp_path / "experts-q8.gguf"
     write_moe_gguf(tiny_model_dir("qwen3-moe"), path, "qwen3moe", experts_type="Q8_0")
-    loaded = load_model(str(path), dtype="bfloat16", device="cpu", cache_dir=cache, gguf_dense_copy=False)
-    with safe_open(str(loaded.model_dir / "model.safetensors"), framework="pt") as f:
-        assert f.get_slice("model.layers.0.mlp.experts.0.gate_proj.weight").get_dtype() == "F16"
-    assert "do not expand" not in caplog.text
-    experts = [m for n, m in loaded.model.named_modules() if isinstance(m, Linear) and ".experts." in n]
+    blocks = load_model(str(path), dtype="bfloat16", device="cpu", cache_dir=cache, gguf_dense_copy=False)
+    experts = [m for n, m in blocks.model.named_modules() if isinstance(m, Linear) and ".experts." in n]
     assert experts and all(isinstance(m.method, GGUFBlocksMethod) for m in experts)
+    assert (blocks.model_dir / "config.json").is_file() and not list(cache.rglob("*.safetensors"))
+    assert "do not expand" not in caplog.text
+
+    dense = load_model(str(path), dtype="bfloat16", device="cpu", cache_dir=cache, gguf_dense_copy=True)
+    assert dense.model_dir == blocks.model_dir and (dense.model_dir / "model.safetensors").is_file()
+    # bf16 products of the same weights, summed in another order by each path
+    torch.testing.assert_close(logits(blocks, IDS), logits(dense, IDS), atol=0.05, rtol=0.02)

@@ -19,8 +19,8 @@ from inference.models.layers import Linear
 from inference.models.linear_method import GGUFBlocksMethod
 from inference.models.loader import load_model
 from tests.inference import conftest
+from tests.inference.all_logits import IDS, logits
 from tests.inference.gguf_files import write_dense_gguf
-from tests.inference.models.test_moe_gguf import IDS, logits
 
 # A GGUF has no key for Gemma's attention scale or its local/global layer pattern: llama.cpp derives both
 # (1/sqrt(head_dim); Gemma 2 alternates from a local layer, Gemma 3 has five local layers per global one).

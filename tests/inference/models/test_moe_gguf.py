@@ -11,14 +11,13 @@ import pytest
 import torch
 
 from inference import EngineConfig
-from inference.core.model_io import ScheduledChunk
-from inference.core.model_runner import ModelRunner
 from inference.manager.footprint import DeviceFacts, estimate, read_shape
 from inference.models import kernel_build
 from inference.models.layers import Linear
 from inference.models.linear_method import GGUFBlocksMethod
-from inference.models.loader import LoadedModel, load_model
+from inference.models.loader import load_model
 from inference.models.moe_models import MoEDecoderForCausalLM
+from tests.inference.all_logits import IDS, logits
 from tests.inference.gguf_files import write_moe_gguf
 
 CASES = [
@@ -27,24 +26,6 @@ CASES = [
     ("qwen3-moe", "qwen3moe", "Qwen3MoeForCausalLM"),
     ("olmoe", "olmoe", "OlmoeForCausalLM"),  # a config transformers' GGUF reader does not make: ours
 ]
-
-
-def logits(loaded: LoadedModel, ids: list[int]) -> torch.Tensor:
-    runner = ModelRunner(
-        loaded,
-        block_size=16,
-        max_num_seqs=2,
-        max_num_batched_tokens=256,
-        max_model_len=None,
-        kv_cache_memory_bytes=4 << 20,
-        gpu_memory_utilization=0.9,
-    )
-    blocks = list(range(-(-len(ids) // 16)))
-    out = runner.execute([ScheduledChunk(ids, 0, len(ids), blocks, return_all_logits=True)])
-    return out.all_positions[0].float()
-
-
-IDS = torch.randint(3, 512, (70,), generator=torch.Generator().manual_seed(3)).tolist()
 
 
 @pytest.mark.parametrize(("name", "arch", "expected"), CASES)
