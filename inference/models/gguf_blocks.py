@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
-from inference.models.gguf_tensors import PERMUTED_ARCHS, hf_names, unpermute
 from inference.models.gguf_dense_config import fused_shards
 from inference.models.gguf_file import GGUFFile
+from inference.models.gguf_tensors import PERMUTED_ARCHS, hf_names, unpermute
 
 GROUP = 32  # Q4_0, Q4_1 and Q8_0 quantize blocks of 32 weights along the input dimension
 SUPER_BLOCK = 256  # the K-quants' super-block of 8 or 16 sub-blocks
