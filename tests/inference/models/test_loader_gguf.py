@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from inference.core.model_io import ScheduledChunk
-from inference.core.model_runner import ModelRunner
 from inference.models.loader import load_model
+from tests.inference.all_logits import logits
 from tests.inference.gguf_files import add_tokenizer
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 128, 2
@@ -124,19 +123,9 @@ def test_tiny_gguf_converts_like_transformers(
         assert torch.equal(value, theirs[name].to(value.dtype)), name
 
     ids = loaded.tokenizer.encode("A tiny model still needs correct rotary layouts.")
-    runner = ModelRunner(
-        loaded,
-        block_size=16,
-        max_num_seqs=2,
-        max_num_batched_tokens=64,
-        max_model_len=None,
-        kv_cache_memory_bytes=1 << 20,
-        gpu_memory_utilization=0.9,
-    )
-    out = runner.execute([ScheduledChunk(ids, 0, len(ids), [0, 1], return_all_logits=True)])
     with torch.no_grad():
         expected_logits = reference(torch.tensor([ids])).logits[0]
-    torch.testing.assert_close(out.all_positions[0], expected_logits, atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(loaded, ids), expected_logits, atol=1e-4, rtol=0)
 
 
 def llama_cpp_rope_factors(head_dim: int, factor: float) -> np.ndarray:
@@ -171,19 +160,9 @@ def test_llama3_rope_freqs_become_llama3_rope_parameters(tmp_path: Path) -> None
 
     reference = AutoModelForCausalLM.from_pretrained(loaded.model_dir, dtype=torch.float32).eval()
     ids = list(range(3, 203))  # long enough for every frequency band to matter
-    runner = ModelRunner(
-        loaded,
-        block_size=16,
-        max_num_seqs=2,
-        max_num_batched_tokens=256,
-        max_model_len=None,
-        kv_cache_memory_bytes=1 << 20,
-        gpu_memory_utilization=0.9,
-    )
-    out = runner.execute([ScheduledChunk(ids, 0, len(ids), list(range(13)), return_all_logits=True)])
     with torch.no_grad():
         expected_logits = reference(torch.tensor([ids])).logits[0]
-    torch.testing.assert_close(out.all_positions[0], expected_logits, atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(loaded, ids), expected_logits, atol=1e-4, rtol=0)
 
 
 def test_unknown_rope_freqs_are_refused(tmp_path: Path) -> None:
