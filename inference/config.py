@@ -22,6 +22,7 @@ from inference.config_groups import (
     ServerSettings,
     check_batch_holds_sequences,
     check_positive,
+    check_task,
     off_or_positive,
 )
 from inference.config_values import coerce
@@ -47,7 +48,15 @@ REMOTE_FIELDS = (*REMOTE_SETTINGS, *SERVER_SETTINGS)
 # but a remote engine's; transformers' batching the in-process ones; `openai` the RemoteSettings; a
 # supervised server its ServerSettings and the flags it is started with (frontends.supervised.process).
 # `mooncake check` refuses a setting written for a model whose type never reads it (settings_not_read).
-_COMMON_FIELDS = ("model", "engine_type", "max_model_len", "max_queue_len", "model_roots", "cache_dir")
+_COMMON_FIELDS = (
+    "model",
+    "task",
+    "engine_type",
+    "max_model_len",
+    "max_queue_len",
+    "model_roots",
+    "cache_dir",
+)
 _IN_PROCESS_FIELDS = (
     *("dtype", "device", "seed", "cpu_threads", "kv_cache_memory_bytes", "gpu_memory_utilization"),
     *("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching"),
@@ -135,10 +144,12 @@ class EngineConfig:
     extra_args: tuple[str, ...] = ()
     # n-gram speculative decoding (native only); a mapping in mooncake.yaml, None: off.
     speculative: SpeculativeConfig | None = None
+    task: str = "generate"  # one of TASKS
 
     def __post_init__(self) -> None:
         # Build the groups once so a bad value fails at construction, not at load time.
         self._check_engine_type()
+        check_task(self.task, self.engine_type)
         self.speculative = SpeculativeConfig.from_value(self.speculative)  # a mapping when built from yaml
         if self.speculative is not None and self.engine_type != "native":
             raise ValueError(

@@ -16,6 +16,10 @@ DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 QUANTIZATIONS = ("none", "gguf")
 
+# What a model is served for: "generate" (chat and completions) or "embed" (/v1/embeddings, run by our
+# embedding front-end, inference.frontends.embedding, so only with engine type native).
+TASKS = ("generate", "embed")
+
 # Defaults other layers size themselves by (the API refuses a request the queue could never hold).
 DEFAULT_MAX_QUEUE_LEN = 256
 
@@ -32,6 +36,13 @@ def check_batch_holds_sequences(max_num_batched_tokens: int, max_num_seqs: int) 
             f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_num_seqs "
             f"({max_num_seqs}) so every running sequence can decode in one step"
         )
+
+
+def check_task(task: str, engine_type: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if task == "embed" and engine_type != "native":
+        raise ValueError(f"task 'embed' runs on engine type 'native' only (type is {engine_type!r})")
 
 
 def check_memory_fraction(value: float) -> None:

@@ -63,3 +63,8 @@ class UpstreamRejectedError(EngineError):
         super().__init__(message)
         self.status = status
         self.param = param
+
+
+class UnsupportedTaskError(EngineError, ValueError):
+    """The model is not served for this task: an embedding model asked to generate, or the reverse
+    (HTTP 400)."""

@@ -34,6 +34,12 @@ def _native(config: EngineConfig, host: EngineHost) -> ManagedEngine:
     return AsyncEngine.start(config)
 
 
+def _embedding(config: EngineConfig, host: EngineHost) -> ManagedEngine:
+    from inference.frontends.embedding.engine import EmbeddingEngine
+
+    return EmbeddingEngine.start(config)
+
+
 def _transformers(config: EngineConfig, host: EngineHost) -> ManagedEngine:
     from inference.frontends.transformers.engine import TransformersEngine
 
@@ -63,6 +69,8 @@ STARTERS: dict[str, Starter] = {
 
 def start(config: EngineConfig, host: EngineHost) -> ManagedEngine:
     """Load and start the engine config.engine_type names; it serves once this returns."""
+    if config.task == "embed":  # only our encoder serves embeddings (EngineConfig checks the type)
+        return _embedding(config, host)
     try:
         starter = STARTERS[config.engine_type]
     except KeyError:

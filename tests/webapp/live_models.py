@@ -18,7 +18,7 @@ from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 # Explicit dtypes: "auto" differs by CPU, and the variants of one dtype must agree token for token.
-MODELS = {
+MODELS: dict[str, list[dict[str, Any]]] = {
     "models": [
         {"id": "smol-fp32", "model_id": "default", "dtype": "float32"},
         {"id": "smol-bf16", "model_id": "default", "dtype": "bfloat16", "default": True},

@@ -1,9 +1,11 @@
 from django.apps import AppConfig
 
-from inference.api import EngineClient
+from inference.api import EmbeddingClient, EngineClient
 
 
 def _warm_grammar(engine: EngineClient) -> None:
+    if isinstance(engine, EmbeddingClient):  # it never generates, so never under a grammar
+        return
     # Imported on the first load, not at django.setup(): the grammar module brings torch and transformers
     # (seconds), which every management command and worker process would otherwise pay for nothing.
     from webapp.api.services.grammar import warm_grammar

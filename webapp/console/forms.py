@@ -50,6 +50,7 @@ class RegisterLocalForm(forms.Form):
         help_text="A model folder or .gguf file under an allowed root (relative: from the first root).",
     )
     aliases = forms.CharField(required=False, help_text="Other names for it, separated by commas.")
+    task = ModelRegistration._meta.get_field("task").formfield(required=False)  # empty: generate
     keep_alive_seconds = forms.IntegerField(
         required=False, min_value=1, help_text="Unload after this many idle seconds (empty: never)."
     )

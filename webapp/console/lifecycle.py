@@ -154,11 +154,16 @@ def restart_all() -> ProcessJob:
 
 
 def model_register(
-    *, name: str, source: str, aliases: list[str], keep_alive_seconds: int | None = None
+    *,
+    name: str,
+    source: str,
+    aliases: list[str],
+    keep_alive_seconds: int | None = None,
+    task: str = "generate",
 ) -> ModelRegistration:
     """Register a model on every replica."""
     row = registry.registration_create(
-        name=name, source=source, aliases=aliases, keep_alive_seconds=keep_alive_seconds
+        name=name, source=source, aliases=aliases, keep_alive_seconds=keep_alive_seconds, task=task
     )
     _announce()
     return row

@@ -125,7 +125,12 @@ def builtin_engine_fields(name: str) -> dict[str, Any]:
 
 
 def registration_create(
-    *, name: str, source: str, aliases: list[str], keep_alive_seconds: int | None = None
+    *,
+    name: str,
+    source: str,
+    aliases: list[str],
+    keep_alive_seconds: int | None = None,
+    task: str = "generate",
 ) -> ModelRegistration:
     """Record and register a model (the source is already confined to the allowed roots)."""
     manager = sync_manager()
@@ -135,7 +140,7 @@ def registration_create(
         raise Conflict(f"name or alias already in use: {', '.join(clash)}", code="name_taken")
     with transaction.atomic():
         row = ModelRegistration.objects.create(
-            name=name, source=source, aliases=aliases, keep_alive_seconds=keep_alive_seconds
+            name=name, source=source, aliases=aliases, keep_alive_seconds=keep_alive_seconds, task=task
         )
         manager_register(manager, row, engine_settings_get())
     return row

@@ -100,6 +100,8 @@ def resolve_registered_engine(
     }
     if registration.max_model_len:
         own["max_model_len"] = registration.max_model_len
+    if not registration.builtin:  # a yaml model's task is its entry's (rows made before `task` say generate)
+        own["task"] = registration.task
     # Confined at registration and again at every load, so a symlink swapped later cannot escape.
     roots: Sourced = settings.MOONCAKE_SETTINGS.sources["model_roots"]
     confinement = roots.model_copy(update={"value": [str(root) for root in settings.MODEL_ROOTS]})

@@ -18,6 +18,7 @@ from inference.api import (
     PromptTooLongError,
     QueueFullError,
     UnknownModelError,
+    UnsupportedTaskError,
     UpstreamRejectedError,
     UpstreamUnavailableError,
 )
@@ -175,6 +176,8 @@ def from_engine_error(exc: BaseException, *, loading: bool = False) -> MooncakeE
         return Unavailable(
             str(exc) or "No model is loaded yet.", code="model_not_loaded", retry_after=MODEL_RETRY_AFTER_S
         )
+    if isinstance(exc, UnsupportedTaskError):  # an embedding model asked to generate, or the reverse
+        return InvalidRequest(str(exc), param="model", code="model_not_supported")
     if isinstance(exc, UpstreamRejectedError):
         # The upstream's own words about the client's request (an `openai` engine): theirs to fix.
         return InvalidRequest(str(exc) or "The model's server refused the request.", param=exc.param)

@@ -14,6 +14,7 @@ from pathlib import Path, PurePath
 from webapp.core.hub_models import parse_hub_id
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_EMBEDDING_NAME = "all-minilm-l6-v2"  # model_id `default-embedding`, the bundled embedding model
 # ModelRegistration.name's max_length: the console records every served model under its name.
 MAX_NAME_CHARS = 100
 _CACHE_PREFIX = "models--"
@@ -29,6 +30,8 @@ def names_from_source(source: str) -> ServedNames:
     """The name and aliases for a model loaded from `source` ("default", a hub id, a folder or a .gguf)."""
     if source == "default":
         return ServedNames(DEFAULT_MODEL_NAME)
+    if source == "default-embedding":
+        return ServedNames(DEFAULT_EMBEDDING_NAME)
     hub = parse_hub_id(source)
     if hub is not None:  # org/name[:rev] -> org/name; org/name/file.gguf -> itself, alias file
         full = f"{hub.repo_id}/{hub.filename}" if hub.filename else hub.repo_id

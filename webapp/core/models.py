@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth.models import Group
 from django.db import models
 
-from inference.api import ATTENTION_BACKENDS, DTYPES, QUANTIZATIONS
+from inference.api import ATTENTION_BACKENDS, DTYPES, QUANTIZATIONS, TASKS
 
 # The engine's own choice lists, labelled for the console. The labels are the ones the migrations
 # recorded (dtype's were Django's title-cased defaults), so no new migration follows from this.
@@ -14,6 +14,8 @@ DTYPE_CHOICES = [(d, d.capitalize()) for d in DTYPES]
 _QUANTIZATION_LABELS = {"none": "none (dequantized weights)", "gguf": "gguf (keep Q4_0/Q4_1 4-bit, CPU)"}
 QUANTIZATION_CHOICES = [(q, _QUANTIZATION_LABELS.get(q, q)) for q in QUANTIZATIONS]
 ATTENTION_BACKEND_CHOICES = [(b, b) for b in ATTENTION_BACKENDS]
+_TASK_LABELS = {"generate": "generate (chat and completions)", "embed": "embed (/v1/embeddings)"}
+TASK_CHOICES = [(t, _TASK_LABELS.get(t, t)) for t in TASKS]
 
 
 class SetupLock(models.Model):
@@ -51,6 +53,13 @@ class ModelRegistration(models.Model):
     max_model_len = models.PositiveIntegerField(null=True, blank=True)
     dtype = models.CharField(max_length=16, choices=DTYPE_CHOICES, default="auto")
     quantization = models.CharField(max_length=16, choices=QUANTIZATION_CHOICES, default="none")
+    # What it serves (EngineConfig.task); a model mooncake.yaml serves takes its entry's instead.
+    task = models.CharField(
+        max_length=16,
+        choices=TASK_CHOICES,
+        default="generate",
+        help_text="embed: a BERT embedding model, served on /v1/embeddings.",
+    )
     # Sampling defaults (temperature, top_p, top_k, max_tokens) applied when a request leaves them out.
     sampling_defaults = models.JSONField(default=dict, blank=True)
     system_prompt = models.TextField(blank=True)

@@ -12,10 +12,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inference.api import EngineClient
+from inference.api import EmbeddingClient, EngineClient
 from webapp.accounts.request_log import RequestRecord, request_record_save
 from webapp.api.auth import Caller
 from webapp.api.services.defaults import RequestDefaults, request_defaults_shared
+from webapp.api.services.embeddings import only_for_embeddings
 from webapp.api.services.models import model_name
 from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared, usage_of
 from webapp.serving.runtime import get_runtime
@@ -96,6 +97,8 @@ async def start_generation(
     record = RequestRecord(endpoint=endpoint, stream=stream, model=model or "")
 
     async def prepare_job(engine: EngineClient) -> Job:
+        if isinstance(engine, EmbeddingClient):  # an embedding model generates nothing
+            raise only_for_embeddings(model_name(engine, model))
         # The console's defaults are a DB read: on Django's thread-sensitive path, like auth and usage.
         defaults = await request_defaults_shared(model=model_name(engine, model))
         # Templates, tokenization and grammar compilation are CPU work: off the event loop.

@@ -93,6 +93,7 @@ def model_register_local(request: HttpRequest) -> HttpResponse:
             source=str(data["path"]),
             aliases=data["aliases"],
             keep_alive_seconds=data["keep_alive_seconds"],
+            task=data["task"] or "generate",
         )
     except (MooncakeError, ValueError) as exc:  # a taken name; a config the engine refuses
         messages.error(request, str(exc))

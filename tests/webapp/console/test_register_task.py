@@ -1,0 +1,33 @@
+"""The models page registers an embedding model (task embed): the row, the engine config it loads with,
+and the form's default for clients that leave the task out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from inference import ModelManager
+from tests.webapp.console.test_models import register
+from webapp.console.registry import engine_config_for
+from webapp.core.models import ModelRegistration
+
+
+@pytest.mark.database
+def test_a_model_registered_for_embeddings_loads_with_task_embed(
+    staff_client: Client, manager: ModelManager, model_root: Path
+) -> None:
+    assert register(staff_client, model_root, "encoder", task="embed").status_code == 302
+    row = ModelRegistration.objects.get(name="encoder")
+    assert row.task == "embed" and engine_config_for(row).task == "embed"
+    assert register(staff_client, model_root, "chat").status_code == 302  # no task given: generate
+    assert engine_config_for(ModelRegistration.objects.get(name="chat")).task == "generate"
+    page = staff_client.get("/console/models/").content.decode()
+    assert 'name="task"' in page and "embed (/v1/embeddings)" in page
+
+
+@pytest.mark.database
+def test_an_unknown_task_is_refused(staff_client: Client, manager: ModelManager, model_root: Path) -> None:
+    assert register(staff_client, model_root, "odd", task="classify").status_code == 400
+    assert not ModelRegistration.objects.filter(name="odd").exists()
