@@ -174,6 +174,26 @@ def urllib_request(url: str, body: bytes, key: str) -> int:
         return int(exc.code)
 
 
+def test_a_stored_response_is_read_and_continued_on_the_other_replica(cluster: Cluster) -> None:
+    key = api_key(cluster)
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+
+    def call(name: str, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(replica_url(cluster, name) + path, data, headers, method=method)
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return dict(json.loads(response.read()))
+
+    made = call("a", "POST", "/v1/responses", {"input": "Say hi.", "max_output_tokens": 4, "temperature": 0})
+    assert call("b", "GET", f"/v1/responses/{made['id']}") == made  # PostgreSQL, not a process, holds it
+    follow = {"input": "Again.", "previous_response_id": made["id"], "max_output_tokens": 2}
+    assert call("b", "POST", "/v1/responses", follow)["previous_response_id"] == made["id"]
+    assert call("b", "DELETE", f"/v1/responses/{made['id']}")["deleted"] is True
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        call("a", "GET", f"/v1/responses/{made['id']}")
+    assert gone.value.code == 404
+
+
 # ---- a chat reply belongs to the conversation, not to a process -----------------------------------------
 
 

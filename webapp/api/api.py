@@ -11,7 +11,9 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 
+from webapp.api.embedding_views import router as embeddings_router
 from webapp.api.errors import error_response
+from webapp.api.responses_views import router as responses_router
 from webapp.api.views import router
 from webapp.core.body_limits import request_too_large
 from webapp.core.errors import InvalidRequest, MooncakeError, ServerFailure, error_for_status
@@ -21,12 +23,18 @@ logger = logging.getLogger(__name__)
 api = NinjaAPI(
     title="Mooncake OpenAI-compatible API",
     version="1",
-    description="OpenAI-compatible chat completions, completions, models and tokenizer endpoints.",
+    description=(
+        "OpenAI-compatible chat completions, responses, completions, embeddings, models and tokenizer "
+        "endpoints."
+    ),
     openapi_url="/v1/openapi.json",
     docs_url=None,  # webapp.api.docs serves a page without CDN assets
     urls_namespace="api",
 )
-api.add_router("", router)
+# Every router of the API; urls.py reads their operations to wrap each route.
+ROUTERS = (router, responses_router, embeddings_router)
+for _router in ROUTERS:
+    api.add_router("", _router)
 
 
 def _location(loc: list[Any] | tuple[Any, ...]) -> str | None:

@@ -12,12 +12,15 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from inference.api import EngineClient
-from webapp.api.auth import authenticate
+from webapp.api.auth import Caller, authenticate
 from webapp.api.services.defaults import RequestDefaults
 from webapp.api.services.models import naming_usable_models
 from webapp.api.services.pipeline import ApiRun, Job, Renderer, start_generation
 from webapp.api.services.streaming import sse_frames
 from webapp.core.errors import MooncakeError
+
+# Events to SSE bytes: chat's `data:` frames and [DONE], or the Responses API's named events.
+Framing = Callable[[AsyncIterator[dict[str, Any]]], AsyncIterator[bytes]]
 
 
 async def generation_response(
@@ -29,14 +32,18 @@ async def generation_response(
     sequences: int,
     prepare: Callable[[EngineClient, RequestDefaults], Job],
     renderer: Renderer,
+    caller: Caller | None = None,
+    framing: Framing = sse_frames,
 ) -> HttpResponseBase:
-    caller = await authenticate(request)
+    # `caller`: a view that authenticated already (it read stored data first); `framing`: how events go
+    # on the wire (the Responses API names each event).
+    caller = caller or await authenticate(request)
     async with naming_usable_models(model, caller.viewer):
         run = await start_generation(
             caller, endpoint=endpoint, model=model, stream=stream, sequences=sequences, prepare=prepare
         )
     if stream:
-        return _stream_response(run, renderer.events(run.job, run.generations))
+        return _stream_response(run, renderer.events(run.job, run.generations), framing)
     try:
         body = await renderer.complete(run.job, run.generations)
     except MooncakeError as exc:
@@ -70,11 +77,13 @@ def _abandon_later(loop: asyncio.AbstractEventLoop, run: ApiRun) -> None:
         loop.call_soon_threadsafe(start)
 
 
-def _stream_response(run: ApiRun, events: AsyncIterator[dict[str, Any]]) -> StreamingHttpResponse:
+def _stream_response(
+    run: ApiRun, events: AsyncIterator[dict[str, Any]], framing: Framing = sse_frames
+) -> StreamingHttpResponse:
     async def body() -> AsyncIterator[bytes]:
         status, error = 200, ""
         try:
-            async for frame in sse_frames(events):
+            async for frame in framing(events):
                 yield frame
         except BaseException as exc:
             # A client disconnect cancels this generator: the engine requests are closed (aborted) by

@@ -1,4 +1,4 @@
-"""Celery jobs of the API app: keeping the request log bounded."""
+"""Celery jobs of the API app: keeping the request log and stored responses bounded."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from webapp.accounts.models import RequestLog
+from webapp.api.services.responses_store import responses_prune
 
 BATCH = 5000  # rows per delete: a long history goes in short transactions, never one lock on the table
 
@@ -28,3 +29,9 @@ def request_log_prune(*, keep_days: int, now: dt.datetime | None = None) -> int:
 @shared_task(name="api.prune_request_log")
 def prune_request_log() -> int:
     return request_log_prune(keep_days=settings.MOONCAKE_REQUEST_LOG_DAYS)
+
+
+@shared_task(name="api.prune_responses")
+def prune_responses() -> int:
+    """Stored responses past MOONCAKE_RESPONSES_DAYS (their expires_at) go."""
+    return responses_prune()

@@ -10,10 +10,9 @@ from django.http.response import HttpResponseBase
 from django.urls import URLPattern, URLResolver, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
-from webapp.api.api import api
+from webapp.api.api import ROUTERS, api
 from webapp.api.docs import docs_asset, docs_page
 from webapp.api.errors import method_not_allowed, route_not_found, unsupported_media_type
-from webapp.api.views import router
 from webapp.core.middleware import API_PREFIXES
 
 app_name = "api"
@@ -63,6 +62,7 @@ def _route_methods(name: str | None) -> frozenset[str]:
     """Every method of the route whose URL name (ninja names it after a view function) is `name`."""
     return frozenset(
         method
+        for router in ROUTERS
         for path_view in router.path_operations.values()
         if any(op.view_func.__name__ == name for op in path_view.operations)
         for op in path_view.operations

@@ -90,18 +90,29 @@ async def _next_event(
         live.waiting = False
 
 
-async def sse_frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """Frame events; an error after the headers went out becomes an error event, then [DONE]."""
+def _error_body(exc: MooncakeError) -> dict[str, Any]:
+    return exc.body()
+
+
+async def sse_frames(
+    events: AsyncIterator[dict[str, Any]],
+    *,
+    frame: Callable[[dict[str, Any]], bytes] = sse_event,
+    error_event: Callable[[MooncakeError], dict[str, Any]] = _error_body,
+    done: bytes | None = DONE,
+) -> AsyncIterator[bytes]:
+    """Frame events; an error after the headers went out becomes an error event, then [DONE].
+    The Responses API passes its own framing (typed events), error event and no [DONE]."""
     live, streams = _Live(asyncio.current_task()), _streams()
     streams.live.add(live)
     try:
         while (event := await _next_event(events, live, streams)) is not None:
-            yield sse_event(event)
+            yield frame(event)
     except MooncakeError as exc:
-        yield sse_event(exc.body())
+        yield frame(error_event(exc))
     except Exception:
         logger.exception("error while streaming a response")
-        yield sse_event(ServerFailure("Internal error while generating.").body())
+        yield frame(error_event(ServerFailure("Internal error while generating.")))
     finally:
         streams.live.discard(live)
         # A cut (or a consumer gone) leaves the events open: closing them aborts their engine requests.
@@ -111,4 +122,5 @@ async def sse_frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[byt
                 await aclose()
         except Exception:
             logger.exception("error while closing a stream's events")
-    yield DONE
+    if done is not None:
+        yield done
