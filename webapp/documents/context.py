@@ -2,8 +2,9 @@
 
 document_context() decides, within a token budget: when every ready document fits whole, all go in whole
 (a short document needs no search); otherwise the chunks that best match the question (full-text search,
-webapp.documents.retrieval) go in, best first, as many as fit. With no match (a question such as
-"summarize this") the documents' opening chunks go in instead, taking turns between documents.
+fused with similarity of meaning when an embedding model is loaded: webapp.documents.ranking) go in, best
+first, as many as fit. With no match (a question such as "summarize this") the documents' opening chunks
+go in instead, taking turns between documents.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from itertools import zip_longest
 
 from webapp.chat.models import Conversation
 from webapp.documents.models import Document, DocumentChunk
-from webapp.documents.retrieval import best_chunks
+from webapp.documents.ranking import QueryVector, ranked_chunks
 from webapp.documents.selectors import context_documents
 
 CountTokens = Callable[[str], int]
@@ -62,18 +63,37 @@ class DocumentContext:
 
 
 def document_context(
-    *, conversation: Conversation, question: str, token_budget: int, count_tokens: CountTokens
+    *,
+    conversation: Conversation,
+    question: str,
+    token_budget: int,
+    count_tokens: CountTokens,
+    query: QueryVector | None = None,
 ) -> DocumentContext:
-    """The chat's ready documents as prompt text of at most `token_budget` tokens, with its citations."""
+    """The chat's ready documents as prompt text of at most `token_budget` tokens, with its citations;
+    `query` (the question's vector, webapp.documents.semantic) ranks passages by meaning too."""
     documents = list(context_documents(conversation=conversation).filter(state=Document.State.READY))
     if not documents or token_budget <= 0:
         return DocumentContext()
     names = {d.pk: d.name for d in documents}
     chunks = _chunks_by_document([d.pk for d in documents])
-    whole = _whole(documents, chunks, question, token_budget, count_tokens)
+    search = _Search(question, query)
+    whole = _whole(documents, chunks, search, token_budget, count_tokens)
     if whole is not None:
         return whole
-    return _passages(names, chunks, question, token_budget, count_tokens)
+    return _passages(names, chunks, search, token_budget, count_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    question: str
+    query: QueryVector | None
+
+    def best(self, document_ids: list[int], limit: int) -> list[DocumentChunk]:
+        found = ranked_chunks(
+            document_ids=document_ids, question=self.question, limit=limit, query=self.query
+        )
+        return [s.chunk for s in found]
 
 
 def _chunks_by_document(ids: list[int]) -> dict[int, list[DocumentChunk]]:
@@ -86,7 +106,7 @@ def _chunks_by_document(ids: list[int]) -> dict[int, list[DocumentChunk]]:
 def _whole(
     documents: list[Document],
     chunks: dict[int, list[DocumentChunk]],
-    question: str,
+    search: _Search,
     budget: int,
     count: CountTokens,
 ) -> DocumentContext | None:
@@ -101,8 +121,8 @@ def _whole(
     if tokens > budget:
         return None
     names = {d.pk: d.name for d in documents}
-    closest = best_chunks(document_ids=list(names), question=question, limit=WHOLE_CITATIONS)
-    cited = [s.chunk for s in closest] or [c[0] for c in chunks.values() if c][:WHOLE_CITATIONS]
+    closest = search.best(list(names), WHOLE_CITATIONS)
+    cited = closest or [c[0] for c in chunks.values() if c][:WHOLE_CITATIONS]
     passages = [Passage.of(c, names[c.document_id], whole=True) for c in cited]
     return DocumentContext(text=text, passages=passages, whole=True, tokens=tokens)
 
@@ -114,11 +134,11 @@ def _with_page(chunk: DocumentChunk) -> str:
 def _passages(
     names: dict[int, str],
     chunks: dict[int, list[DocumentChunk]],
-    question: str,
+    search: _Search,
     budget: int,
     count: CountTokens,
 ) -> DocumentContext:
-    ranked = [s.chunk for s in best_chunks(document_ids=list(names), question=question, limit=CANDIDATES)]
+    ranked = search.best(list(names), CANDIDATES)
     if not ranked:
         # Nothing matched: the documents' beginnings, taking turns.
         ranked = [c for row in zip_longest(*chunks.values()) for c in row if c is not None][:CANDIDATES]

@@ -13,7 +13,9 @@ from inference.api import EngineClient
 from webapp.chat.models import Conversation
 from webapp.documents import citations
 from webapp.documents.context import document_context
+from webapp.documents.ranking import QueryVector
 from webapp.documents.selectors import has_context_documents
+from webapp.documents.semantic import question_vector
 from webapp.serving.prompts import encode_text, render_chat
 
 # Tokens kept free for the template's wrapping of the added system text.
@@ -24,8 +26,11 @@ async def with_documents(
     *, conversation: Conversation, messages: list[dict[str, Any]], engine: EngineClient
 ) -> list[dict[str, Any]]:
     """`messages` with the chat's documents in the system message, within what the context leaves after
-    the history and the reply's own tokens; unchanged when the chat has no ready documents."""
-    return await database_sync_to_async(_with_documents)(conversation, messages, engine)
+    the history and the reply's own tokens; unchanged when the chat has no ready documents. With an
+    embedding model loaded, the question's vector is made first: the engine's call is async, the rest is
+    database work in a thread."""
+    query = await question_vector(conversation=conversation, question=_question(messages))
+    return await database_sync_to_async(_with_documents)(conversation, messages, engine, query)
 
 
 async def extend(
@@ -37,8 +42,15 @@ async def extend(
     return await with_documents(conversation=conversation, messages=messages, engine=engine)
 
 
+def _question(messages: list[dict[str, Any]]) -> str:
+    return str(next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""))
+
+
 def _with_documents(
-    conversation: Conversation, messages: list[dict[str, Any]], engine: EngineClient
+    conversation: Conversation,
+    messages: list[dict[str, Any]],
+    engine: EngineClient,
+    query: QueryVector | None = None,
 ) -> list[dict[str, Any]]:
     if not has_context_documents(conversation=conversation):
         citations.remember(conversation.pk, [])
@@ -47,12 +59,12 @@ def _with_documents(
     history = len(render_chat(engine, messages))
     reply = min(conversation.max_tokens, limit // 4)
     budget = min(settings.MOONCAKE_DOCUMENTS_CONTEXT_TOKENS, limit - history - reply - TEMPLATE_MARGIN)
-    question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     context = document_context(
         conversation=conversation,
-        question=str(question),
+        question=_question(messages),
         token_budget=budget,
         count_tokens=lambda text: len(encode_text(engine, text)),
+        query=query,
     )
     citations.remember(conversation.pk, context.passages)
     if not context.text:

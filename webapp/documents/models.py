@@ -99,6 +99,20 @@ class DocumentChunk(models.Model):
         return f"{self.document_id}#{self.index}"
 
 
+class ChunkEmbedding(models.Model):
+    """A chunk's vector from the embedding model `model` (webapp.documents.vectors): float32 little-endian
+    bytes, L2-normalised, so a dot product is the cosine. One per chunk: a change of model re-embeds."""
+
+    chunk = models.OneToOneField(
+        DocumentChunk, on_delete=models.CASCADE, primary_key=True, related_name="embedding"
+    )
+    model = models.CharField(max_length=200)
+    vector = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"{self.chunk_id} ({self.model})"
+
+
 class Attachment(models.Model):
     """A collection, or one collection document, attached to a chat (chat uploads need no row)."""
 

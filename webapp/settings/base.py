@@ -253,11 +253,13 @@ CELERY_WORKER_POOL = env_str("CELERY_WORKER_POOL", "threads")
 # Periodic jobs (the worker runs beat: `mooncake serve` and the compose worker start it with --beat).
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "prune-request-log": {"task": "api.prune_request_log", "schedule": 3600.0},
+    "prune-responses": {"task": "api.prune_responses", "schedule": 3600.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(CELERY_DIR / "beat-schedule")
 # Days of request-log detail kept; older rows are deleted hourly. Their tokens stay in the daily usage
 # (written as each request finishes), which the usage page and quotas read.
 MOONCAKE_REQUEST_LOG_DAYS = env_int("MOONCAKE_REQUEST_LOG_DAYS", 30)
+MOONCAKE_RESPONSES_DAYS = env_int("MOONCAKE_RESPONSES_DAYS", 30)  # stored /v1/responses, pruned hourly too
 # Tokens (prompt + generated) a user may use per UTC day unless the console sets their own; 0: no quota.
 MOONCAKE_DAILY_TOKEN_QUOTA = env_int("MOONCAKE_DAILY_TOKEN_QUOTA", 0)
 
@@ -270,6 +272,9 @@ MOONCAKE_DOCUMENTS_PER_CHAT = env_int("MOONCAKE_DOCUMENTS_PER_CHAT", 20)
 MOONCAKE_DOCUMENTS_CHUNK_CHARS = env_int("MOONCAKE_DOCUMENTS_CHUNK_CHARS", 1200)
 # The most prompt tokens documents may take in one reply (less when the model's context is smaller).
 MOONCAKE_DOCUMENTS_CONTEXT_TOKENS = env_int("MOONCAKE_DOCUMENTS_CONTEXT_TOKENS", 6000)
+# The embedding model (task: embed) that ranks passages by meaning beside full-text search: "" picks the
+# first one mooncake.yaml lists (the bundled one first), "off" ranks by full-text search alone.
+MOONCAKE_DOCUMENTS_EMBEDDING_MODEL = env_str("MOONCAKE_DOCUMENTS_EMBEDDING_MODEL", "")
 
 PROMETHEUS_EXPORT_MIGRATIONS = False
 
