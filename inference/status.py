@@ -34,6 +34,7 @@ class ModelInfo:
     last_used: float | None = None
     keep_alive_seconds: float | None = None
     is_default: bool = False
+    task: str = "generate"  # what it serves: "generate" (chat, completions) or "embed" (embeddings)
     # While (and after a failed) download: bytes fetched so far, and in all (None: not known yet).
     download_bytes_done: int | None = None
     download_bytes_total: int | None = None

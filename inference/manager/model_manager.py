@@ -97,14 +97,14 @@ class ModelManager(Supervision, Eviction):
         aliases: list[str] | None = None,
         keep_alive_seconds: float | None = None,
     ) -> ModelInfo:
-        aliases = list(aliases or [])
+        aliases, keep = list(aliases or []), keep_alive_seconds
         if keep_alive_seconds is not None and keep_alive_seconds <= 0:
             raise ValueError(f"keep_alive_seconds must be > 0, got {keep_alive_seconds}")
         with self._lock:
             for key in [name, *aliases]:
                 if key in self._entries or key in self._aliases:
                     raise ValueError(f"model name or alias {key!r} is already registered")
-            info = ModelInfo(name, aliases, config.model, keep_alive_seconds=keep_alive_seconds)
+            info = ModelInfo(name, aliases, config.model, task=config.task, keep_alive_seconds=keep)
             self._entries[name] = _Entry(config, info)
             self._aliases.update(dict.fromkeys(aliases, name))
             if self.default_name is None:

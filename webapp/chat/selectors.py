@@ -38,6 +38,7 @@ class ChatDefaults:
 class ModelChoice:
     name: str
     state: str
+    task: str = "generate"
 
     @property
     def state_label(self) -> str:
@@ -245,14 +246,15 @@ def available_models(*, user_id: int | None = None) -> list[ModelChoice]:
         return []
     if user_id is not None:  # a model restricted to other groups is not even named
         infos = visible(viewer_for_user(user_id=user_id), infos)
-    return [ModelChoice(name=info.name, state=str(info.state)) for info in infos]
+    return [ModelChoice(name=info.name, state=str(info.state), task=info.task) for info in infos]
 
 
 def picker_models(*, user_id: int) -> list[ModelChoice]:
-    """The models for the chat header's picker (those the user may use): loaded ones first, then loading,
-    then the rest, by name."""
+    """The models for the chat header's picker (those the user may use, embedding models aside: they do
+    not chat): loaded ones first, then loading, then the rest, by name."""
     rank = {"loaded": 0, "loading": 1}
-    return sorted(available_models(user_id=user_id), key=lambda c: (rank.get(c.state_label, 2), c.name))
+    chatting = [c for c in available_models(user_id=user_id) if c.task == "generate"]
+    return sorted(chatting, key=lambda c: (rank.get(c.state_label, 2), c.name))
 
 
 def default_model_name() -> str:

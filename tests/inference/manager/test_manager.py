@@ -41,6 +41,12 @@ def test_register_get_default_and_aliases(manager):
         manager.register("b-alias", EngineConfig())
 
 
+def test_a_models_task_is_listed(manager):
+    manager.register("embedder", EngineConfig(model="minilm", task="embed"))
+    tasks = {info.name: info.task for info in manager.list()}
+    assert tasks["embedder"] == "embed" and tasks["a"] == "generate"
+
+
 def test_unload_forgets_the_memory_and_kv_figures(manager):
     manager.load("a")
     manager.unload("a")

@@ -99,4 +99,4 @@ class FakeManager:
             else "loading" if self.loading
             else "available"
         )  # fmt: skip
-        return [SimpleNamespace(name=self.engine.model_name, state=state, aliases=[])]
+        return [SimpleNamespace(name=self.engine.model_name, state=state, aliases=[], task="generate")]

@@ -174,12 +174,15 @@ def test_model_picker(client: Client, alice: User, chat: Conversation, fake_engi
 
 
 @pytest.mark.django_db
-def test_picker_orders_loaded_models_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_picker_orders_loaded_models_first_and_leaves_out_embedding_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     choices = [
         selectors.ModelChoice("b", "available"),
         selectors.ModelChoice("c", "loading"),
         selectors.ModelChoice("a", "failed"),
         selectors.ModelChoice("d", "loaded"),
+        selectors.ModelChoice("e", "loaded", task="embed"),  # an embedding model does not chat
     ]
     monkeypatch.setattr(selectors, "available_models", lambda **_: choices)
     assert [(c.name, c.state_label) for c in selectors.picker_models(user_id=1)] == [
