@@ -10,11 +10,19 @@
 #
 # Release, native CPU flags (the same machine runs both servers), the server target only. About 10 minutes
 # on 2 cores; a second run finds the binary and returns at once. BENCH_BUILD_JOBS sets make's -j.
+# On a CPU with AMX, without AMX (-mno-amx-tile -mno-amx-int8 -mno-amx-bf16, which GCC keeps over
+# -march=native): this llama.cpp's AMX code dies on such CPUs (SIGILL on tilezero, or a protection fault in
+# its repack of K-quant files), so the peer runs its AVX-512 kernels; bench/.llama-server/VERSION says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VERSION=0.3.36
 STAMP="$VERSION+quantize+convert2"
+NO_AMX=""
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    STAMP="$STAMP+no-amx"
+fi
 DEST=$ROOT/bench/.llama-server
 BIN=$DEST/bin/llama-server
 PY=${PYTHON:-$ROOT/.venv/bin/python}
@@ -37,7 +45,7 @@ SRC=$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp
 
 cmake -S "$SRC" -B "$WORK/cmake" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
-    -DBUILD_SHARED_LIBS=OFF >"$WORK/cmake.log"
+    -DBUILD_SHARED_LIBS=OFF -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX" >"$WORK/cmake.log"
 cmake --build "$WORK/cmake" --target llama-server llama-quantize -j "${BENCH_BUILD_JOBS:-$(nproc)}" \
     >"$WORK/build.log"
 

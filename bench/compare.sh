@@ -251,6 +251,19 @@ for _ in range(5):
 gbs = 5 * 2 * src.numel() * 4 / (time.perf_counter() - started) / 1e9
 print(f"{sys.argv[1]}: memory bandwidth just before, copy_ of 512 MiB on 1 thread: {gbs:.1f} GB/s")
 EOF
+    [ -n "${BENCH_GGUF:-}" ] || return 0
+    # The one-stream bound: the weights one token reads (the file less the embedding, of which a token reads
+    # one row) over that copy rate (read and written bytes both counted, as the copy moves them).
+    local rate
+    rate=$(tail -n 1 "$OUT/setup.txt" | awk '{print $(NF-1)}')
+    "$PY" - "$1" "$GGUF" "$rate" >>"$OUT/setup.txt" <<'EOF' || true
+import sys
+from gguf import GGUFReader
+weights = sum(int(t.n_bytes) for t in GGUFReader(sys.argv[2]).tensors if t.name != "token_embd.weight")
+rate = float(sys.argv[3])
+print(f"{sys.argv[1]}: physical limit for one stream: {rate:.1f} GB/s over {weights / 1e9:.2f} GB of weights"
+      f" per token = {rate * 1e9 / weights:.1f} tok/s")
+EOF
 }
 
 # ---- ours: Daphne with the test settings, as tests/conftest.py's daphne_server -----------------------
@@ -338,7 +351,7 @@ per_token = c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", c["num_att
 print(f"{per_token * int(sys.argv[2]) / 2**20:.0f} MiB")
 EOF
 )
-    echo "llama-server: $("$LLAMA_BIN" --version 2>&1 | grep -m 1 version), $(basename "$GGUF")," \
+    echo "llama-server: $("$LLAMA_BIN" --version 2>&1 | grep -m 1 version) (build $(cat bench/.llama-server/VERSION)), $(basename "$GGUF")," \
         "$LLAMA_SLOTS slots x $LLAMA_CTX tokens, f16 KV cache ($kv), -t $THREADS -tb $THREADS${BENCH_LLAMA_ARGS:+ $BENCH_LLAMA_ARGS}" \
         >>"$OUT/setup.txt"
     start_llama llama || { log "llama-server did not start"; exit 1; }
