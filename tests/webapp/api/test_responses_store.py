@@ -3,6 +3,7 @@ ownership, background responses and cancel, expiry."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 from typing import Any
@@ -24,6 +25,7 @@ from webapp.api.services import responses_run
 from webapp.api.services.chat import ChatRenderer
 from webapp.api.services.pipeline import Job
 from webapp.api.services.responses_run import wait_background
+from webapp.api.services.responses_store import stored_cancel
 from webapp.core.errors import Unavailable
 from webapp.serving.streams import run_to_end
 
@@ -145,6 +147,21 @@ async def test_cancel_stops_a_background_response(client: AsyncClient, engine: F
     cancel = await post_json(client, f"/v1/responses/{made['id']}/cancel", {})
     assert cancel.status_code == 200 and cancel.json()["status"] == "cancelled"
     await wait_background(made["id"])
+    assert engine.aborted and not engine.running
+    assert (await client.get(f"/v1/responses/{made['id']}")).json()["status"] == "cancelled"
+
+
+async def test_a_cancel_made_on_another_replica_stops_the_generation_here(
+    client: AsyncClient, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another replica only marks the row (it has no task of this one): the watcher here reads the row and
+    aborts the engine request."""
+    monkeypatch.setattr(responses_run, "CANCEL_POLL_S", 0.05)
+    engine.token_delay = 0.2
+    made = await create(client, input="hi", background=True)
+    elsewhere = await sync_to_async(stored_cancel)(made["id"], None)
+    assert elsewhere["status"] == "cancelled" and made["id"] in responses_run._tasks
+    await asyncio.wait_for(wait_background(made["id"]), timeout=5)
     assert engine.aborted and not engine.running
     assert (await client.get(f"/v1/responses/{made['id']}")).json()["status"] == "cancelled"
 

@@ -1,8 +1,10 @@
 """Running a Responses request on the chat pipeline: its renderer (JSON or typed events, stored when asked),
 background responses and their cancellation.
 
-Background tasks live in this process: a cancel that reaches another replica marks the row cancelled,
-and the generating replica's result then leaves it so (stored_finish writes only active rows).
+Background tasks live in the process that admitted them. A cancel may reach any replica: it marks the row
+cancelled, this process's task is cancelled at once, and the generating replica's watcher, which reads the
+row every CANCEL_POLL_S, stops its generation there (stored_finish writes only active rows, so the cancel
+stands either way).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from webapp.api.services.responses_store import (
     history,
     stored_cancel,
     stored_finish,
+    stored_is_active,
     stored_save,
 )
 from webapp.api.services.streaming import sse_frames
@@ -44,6 +47,7 @@ from webapp.core.errors import MooncakeError, ServerFailure
 logger = logging.getLogger(__name__)
 
 ENDPOINT = "responses"
+CANCEL_POLL_S = 1.0  # how soon a cancel (or delete) made on another replica stops a background generation
 
 
 @dataclass(slots=True)
@@ -144,10 +148,26 @@ async def start_background(caller: Caller, prepared: PreparedResponse) -> dict[s
     except BaseException:
         await asyncio.shield(_close(run, 500, "could not store the response"))
         raise
-    task = asyncio.get_running_loop().create_task(_finish(run, prepared))
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(_finish(run, prepared))
+    watcher = loop.create_task(_watch(spec.id, task))
     _tasks[spec.id] = task
-    task.add_done_callback(lambda _: _tasks.pop(spec.id, None))
+
+    def forget(_: asyncio.Task[None]) -> None:
+        _tasks.pop(spec.id, None)
+        watcher.cancel()
+
+    task.add_done_callback(forget)
     return body
+
+
+async def _watch(response_id: str, task: asyncio.Task[None]) -> None:
+    """Cancel `task` once its row is no longer active: cancelled or deleted, on whichever replica."""
+    while not task.done():
+        await asyncio.sleep(CANCEL_POLL_S)
+        if not await sync_to_async(stored_is_active)(response_id):
+            task.cancel()
+            return
 
 
 async def _close(run: ApiRun, status: int, error: str) -> None:

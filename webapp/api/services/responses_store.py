@@ -107,6 +107,11 @@ def stored_cancel(response_id: str, user_id: int | None) -> dict[str, Any]:
     return dict(row.body)
 
 
+def stored_is_active(response_id: str) -> bool:
+    """Whether the row still waits for its generation (a cancel from any replica, or a delete, ends that)."""
+    return StoredResponse.objects.filter(id=response_id, status__in=ACTIVE).exists()
+
+
 def stored_delete(response_id: str, user_id: int | None) -> None:
     if not _visible(user_id).filter(id=response_id).delete()[0]:
         raise not_found(response_id)
