@@ -9,7 +9,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from webapp.accounts.models import RequestLog
-from webapp.api.services.responses_store import responses_prune
+from webapp.api.services.responses_store import responses_fail_orphans, responses_prune
 
 BATCH = 5000  # rows per delete: a long history goes in short transactions, never one lock on the table
 
@@ -33,5 +33,6 @@ def prune_request_log() -> int:
 
 @shared_task(name="api.prune_responses")
 def prune_responses() -> int:
-    """Stored responses past MOONCAKE_RESPONSES_DAYS (their expires_at) go."""
-    return responses_prune()
+    """Stored responses past MOONCAKE_RESPONSES_DAYS (their expires_at) go; background ones orphaned by a
+    stopped server are marked failed."""
+    return responses_prune() + responses_fail_orphans()

@@ -21,7 +21,7 @@ from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.accounts.models import RequestLog
 from webapp.api import tasks
 from webapp.api.models import StoredResponse
-from webapp.api.services import responses_run
+from webapp.api.services import responses_run, responses_store
 from webapp.api.services.chat import ChatRenderer
 from webapp.api.services.pipeline import Job
 from webapp.api.services.responses_run import wait_background
@@ -209,3 +209,20 @@ async def test_expired_responses_are_gone_and_pruned(client: AsyncClient, settin
     assert await sync_to_async(tasks.prune_responses)() == 1
     assert [r.id async for r in StoredResponse.objects.all()] == [fresh["id"]]
     assert settings.CELERY_BEAT_SCHEDULE["prune-responses"]["task"] == "api.prune_responses"
+
+
+async def test_a_background_response_its_server_never_finished_is_failed_by_the_prune_job(
+    client: AsyncClient, engine: FakeEngine
+) -> None:
+    """The process running it stopped: nothing will finish the row, so the hourly job fails it once the
+    request time limit (and a grace) has passed; a fresh active one is left alone."""
+    engine.token_delay = 0.2
+    made = await create(client, input="hi", background=True)
+    responses_run._tasks[made["id"]].cancel()  # as if the process had died: nothing writes the row again
+    await sync_to_async(StoredResponse.objects.filter(id=made["id"]).update)(status="in_progress")
+    later = timezone.now() + dt.timedelta(seconds=responses_store.request_timeout_s() + 60)
+    assert await sync_to_async(responses_store.responses_fail_orphans)(now=later) == 0
+    much_later = later + dt.timedelta(seconds=responses_store.ORPHAN_GRACE_S)
+    assert await sync_to_async(responses_store.responses_fail_orphans)(now=much_later) == 1
+    got = (await client.get(f"/v1/responses/{made['id']}")).json()
+    assert got["status"] == "failed" and got["error"]["code"] == "server_error"

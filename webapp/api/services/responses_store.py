@@ -15,6 +15,7 @@ from django.utils import timezone
 from webapp.api.models import StoredResponse
 from webapp.api.services.responses_render import TERMINAL, ResponseSpec, error_object, response_object
 from webapp.core.errors import InvalidRequest, NotFound
+from webapp.serving.streams import request_timeout_s
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ MAX_STORED_BYTES = 8 * 1024 * 1024
 # previous_response_id hops followed when a conversation is rebuilt; chat's message cap bounds it too.
 MAX_CHAIN = 1024
 BATCH = 5000  # rows per delete when pruning, as for the request log
+ORPHAN_GRACE_S = 120.0  # past the request time limit: a background response still active then has no server
 ACTIVE = (StoredResponse.Status.QUEUED, StoredResponse.Status.IN_PROGRESS)
 
 
@@ -174,3 +176,20 @@ def responses_prune(*, now: dt.datetime | None = None) -> int:
         if not ids:
             return deleted
         deleted += StoredResponse.objects.filter(pk__in=ids).delete()[0]
+
+
+def responses_fail_orphans(*, now: dt.datetime | None = None) -> int:
+    """Mark failed the background responses still active past the longest a generation may run: the process
+    that ran them stopped (a restart, a crash) before it could finish them. Returns how many."""
+    limit = request_timeout_s() + ORPHAN_GRACE_S
+    cutoff = (now or timezone.now()) - dt.timedelta(seconds=limit)
+    failed = 0
+    for row in StoredResponse.objects.filter(status__in=ACTIVE, created_at__lt=cutoff)[:BATCH]:
+        message = "The server generating this response stopped before it finished."
+        body = dict(
+            row.body, status=StoredResponse.Status.FAILED, error=error_object("server_error", message)
+        )
+        failed += StoredResponse.objects.filter(id=row.id, status__in=ACTIVE).update(
+            status=StoredResponse.Status.FAILED, body=body
+        )
+    return failed
