@@ -75,13 +75,20 @@ class BlockOnlyLoad:
         self.checked.add(name)
         return True
 
-    def attach(self, model: DecoderForCausalLM, kernel: Q4Kernel) -> None:
-        """Each planned projection reads its blocks from now on (call after load_weights)."""
+    def attach(self, model: DecoderForCausalLM, kernel: Q4Kernel, *, parsed: dict[str, BlockMatrix]) -> None:
+        """Each planned projection reads its blocks from now on (call after load_weights). Once one is in the
+        kernels' layout, its parsed blocks are dropped from here and from `parsed` (GGUFBlocks.linears), so
+        loading never holds the blocks twice over."""
         missing = sorted(set(self.sources) - self.checked)
         if missing:
             raise ValueError(f"checkpoint is missing weights: {', '.join(missing[:8])}")
-        for name, stacked in self.shards.items():
+        for name in list(self.shards):
+            stacked = self.shards.pop(name)
             _linear(model, name).use(GGUFBlocksMethod(decode_weights(stacked), kernel))
+            for source in [s for s, block in self.sources.items() if any(block is b for b in stacked)]:
+                del self.sources[source]
+                parsed.pop(source, None)
+            del stacked
 
 
 def _same_rows(blocks: BlockMatrix, stored: torch.Tensor) -> bool:

@@ -189,6 +189,7 @@ def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBl
             for shard, rows in shards:
                 linears[shard] = blocks if len(shards) == 1 else row_slice(blocks, start, start + rows)
                 start += rows
+        reader.release(raw)  # every block matrix above owns a copy of its bytes
     return GGUFBlocks(linears, embedding)
 
 

@@ -9,6 +9,7 @@ out each tensor's bytes as a read-only memory map, shaped as gguf-py shapes them
 from __future__ import annotations
 
 import math
+import mmap
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,7 +76,9 @@ class GGUFFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._memory = np.memmap(path, dtype=np.uint8, mode="r")
+        with path.open("rb") as file:
+            self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        self._memory = np.frombuffer(self._map, dtype=np.uint8)
         self._buffer = memoryview(self._memory.data)
         if bytes(self._buffer[:4]) != MAGIC:
             raise GGUFFormatError(f"{path.name} is not a GGUF file")
@@ -92,6 +95,17 @@ class GGUFFile:
         alignment = int(self.fields.get("general.alignment", DEFAULT_ALIGNMENT))
         data_start = -(-self._at // alignment) * alignment
         self.tensors = [self._tensor(name, dims, kind, data_start + at) for name, dims, kind, at in infos]
+
+    def release(self, data: np.ndarray) -> None:
+        """Drop the file's pages under `data` (a tensor's view of this file) from this process's memory: a
+        mapped page once read stays counted in RSS until the mapping goes, so a loader that has copied a
+        tensor calls this, and reading the file holds it about once, not twice. Reading `data` again pages it
+        back in from the file."""
+        start = data.__array_interface__["data"][0] - self._memory.__array_interface__["data"][0]
+        if data.nbytes == 0 or start < 0 or start + data.nbytes > self._memory.nbytes:
+            return  # not a view of this file
+        first = start // mmap.PAGESIZE * mmap.PAGESIZE
+        self._map.madvise(mmap.MADV_DONTNEED, first, start + data.nbytes - first)
 
     def field(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key, default)

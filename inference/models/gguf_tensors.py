@@ -125,10 +125,12 @@ def checkpoint_tensors(
                     part = unpermute(part, n_heads if "q_proj" in name else n_kv_heads)
                 if name.endswith("shared_expert_gate.weight"):
                     part = part.reshape(1, -1)  # llama.cpp keeps the one-row gate as a vector
-                # Copy: F32/F16 data are read-only views of the memory-mapped file.
+                # Copy: F32/F16 data are read-only views of the mapped file, and the parts of one dequantized
+                # tensor (experts, fused shards) must not share memory (safetensors refuses that).
                 value = torch.from_numpy(np.array(part, order="C", copy=True))
                 if narrow is not None and kept is None:
                     # bf16 sources stay bf16 (exact); other dequantized blocks fit fp16's range and precision.
                     bf16 = tensor.ggml_type == GGMLQuantizationType.BF16
                     value = value.to(torch.bfloat16 if bf16 else narrow)
                 yield name, value
+        gguf.release(tensor.data)  # every part above is a copy: the file's pages need not stay counted

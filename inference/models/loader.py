@@ -214,8 +214,8 @@ def load_model(
             model_roots=model_roots,
         )
     model.eval()
-    if block_only is not None and kernel is not None:
-        block_only.attach(model, kernel)
+    if block_only is not None and kernel is not None and blocks is not None:
+        block_only.attach(model, kernel, parsed=blocks.linears)
     use_linear_methods(model, setup, path)
     loaded = LoadedModel(
         model=model,

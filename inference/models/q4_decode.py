@@ -35,6 +35,7 @@ from inference.models.gguf_blocks import (
     KQuantBlocks,
     Q4Blocks,
     Q8Blocks,
+    row_slice,
     same_type,
     stack_blocks,
 )
@@ -75,6 +76,7 @@ class KQuantWeight:
 
 BlockWeight = DecodeWeight | KQuantWeight
 MAX_INPUT = 32768  # the kernels widen one row's scales into a fixed L1 buffer (kMaxDm)
+_MATCH_ROWS = 4096  # rows `matches` expands at a time
 
 
 def decode_weights(shards: Sequence[BlockMatrix]) -> list[BlockWeight]:
@@ -128,7 +130,18 @@ def matches(shards: Sequence[BlockMatrix], dense: torch.Tensor) -> bool:
         return False
     if any(s.shape[1] != shape[1] for s in shards):
         return False
-    return torch.equal(torch.cat([dequantized_bf16(s) for s in shards]), dense)
+    # A few thousand rows at a time: a whole vocabulary's expansion in fp32 would add a gigabyte to the
+    # load's peak for a moment (a tied head's embedding).
+    start = 0
+    for shard in shards:
+        rows = shard.shape[0]
+        for first in range(0, rows, _MATCH_ROWS):
+            last = min(first + _MATCH_ROWS, rows)
+            part = dequantized_bf16(row_slice(shard, first, last))
+            if not torch.equal(part, dense[start + first : start + last]):
+                return False
+        start += rows
+    return True
 
 
 def dequantized_bf16(blocks: BlockMatrix) -> torch.Tensor:

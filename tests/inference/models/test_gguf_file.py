@@ -125,3 +125,36 @@ def test_a_truncated_file_is_refused(tmp_path: Path, where: str) -> None:
     cut.write_bytes(data[: ends[where]])
     with pytest.raises(GGUFFormatError, match=r"truncated|past the end"):
         GGUFFile(cut)
+
+
+def _mapped_rss_kib(path: Path) -> int:
+    """This process's resident KiB of its mappings of `path` (/proc/self/smaps)."""
+    total, ours = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            ours = len(fields) >= 6 and fields[5] == str(path)
+        elif ours and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+def test_a_released_tensor_leaves_memory_and_reads_back_the_same(tmp_path: Path) -> None:
+    """What the block reader does after copying a tensor: its pages leave the process's RSS, and reading
+    it again gives the same bytes (paged back in from the file)."""
+    path = tmp_path / "big.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    values = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)  # 16 MiB
+    writer.add_tensor("blk.0.ffn_up.weight", values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    gguf = GGUFFile(path)
+    (tensor,) = gguf.tensors
+    assert float(np.asarray(tensor.data).sum()) == pytest.approx(float(values.sum()), rel=1e-4)
+    touched = _mapped_rss_kib(path.resolve())
+    gguf.release(tensor.data)
+    assert touched >= 15 * 1024 and _mapped_rss_kib(path.resolve()) <= 1024
+    assert np.array_equal(np.asarray(tensor.data).reshape(values.shape), values)
+    gguf.release(values)  # not a view of the file: nothing happens
