@@ -101,7 +101,13 @@ def copy_bandwidth() -> float:
 
 
 def measure(
-    gguf: str, cache: str, tokens: int, prompt: int, dense_copy: bool | None, amx: bool
+    gguf: str,
+    cache: str,
+    tokens: int,
+    prompt: int,
+    dense_copy: bool | None,
+    amx: bool,
+    activations: str = "int16",
 ) -> dict[str, Any]:
     import psutil
 
@@ -119,6 +125,7 @@ def measure(
             kv_cache_memory_bytes=1 << 30,
             gguf_dense_copy=dense_copy,
             q4_amx=amx,
+            kquant_activations=activations,
         )
     )
     loaded_s = time.perf_counter() - started
@@ -157,6 +164,12 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=1000)
     parser.add_argument("--dense-copy", choices=["auto", "on", "off"], default="auto")
     parser.add_argument("--q4-amx", action="store_true", help="decoding rows through AMX tiles (q4_amx)")
+    parser.add_argument(
+        "--activations",
+        choices=["int16", "int8", "bf16"],
+        default="int16",
+        help="how K-quant decoding rows meet the blocks (kquant_activations)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("GGUF", "CACHE"), help=argparse.SUPPRESS)
     parser.add_argument("--convert", nargs=2, metavar=("GGUF", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -167,7 +180,9 @@ def main() -> None:
         ensure_converted(Path(args.convert[0]), Path(args.convert[1]))
         return
     if args.child:
-        result = measure(args.child[0], args.child[1], args.tokens, args.prompt, copy, args.q4_amx)
+        result = measure(
+            args.child[0], args.child[1], args.tokens, args.prompt, copy, args.q4_amx, args.activations
+        )
         print(json.dumps(result))
         return
     with tempfile.TemporaryDirectory(prefix="kquant-bench-") as work:
@@ -186,6 +201,8 @@ def main() -> None:
             "--dense-copy",
             args.dense_copy,
             *(["--q4-amx"] if args.q4_amx else []),
+            "--activations",
+            args.activations,
             "--child",
             str(gguf),
             str(Path(work) / "cache"),
@@ -202,7 +219,7 @@ def main() -> None:
         out = subprocess.run(command, check=True, capture_output=True, text=True)
         result = json.loads(out.stdout.strip().splitlines()[-1])
     limit = result["bandwidth_gbs"] * 1e9 / 2 / size  # one read of the file per token, at half the copy rate
-    amx = ", decoding rows on AMX tiles" if args.q4_amx else ""
+    amx = ", decoding rows on AMX tiles" if args.q4_amx else f", {args.activations} activations"
     print(f"{args.shape} Q4_K_M (random blocks), file {size / 1e9:.2f} GB, dense copy {args.dense_copy}{amx}")
     print(
         f"  load {result['load_s']:.0f} s, RSS after load {result['rss_loaded_gb']:.2f} GB, "

@@ -13,6 +13,7 @@ from typing import Any
 
 from inference.config_groups import (
     DEFAULT_MAX_QUEUE_LEN,
+    KQUANT_ACTIVATIONS,
     REMOTE_SETTINGS,
     SERVER_SETTINGS,
     CacheConfig,
@@ -21,6 +22,7 @@ from inference.config_groups import (
     SchedulerConfig,
     ServerSettings,
     check_batch_holds_sequences,
+    check_choice,
     check_positive,
     check_task,
     off_or_positive,
@@ -105,8 +107,7 @@ class EngineConfig:
     max_step_latency_ms: float | None = 100.0
     attention_backend: str = "auto"
     enforce_eager: bool = False  # CUDA: no decode graphs (slower; for debugging, as in vLLM)
-    # Time each step's phases into EngineStats.step_timings (benchmarks; a synchronous step then costs a
-    # device sync).
+    # Time each step's phases into EngineStats.step_timings (benchmarks; a synchronous step syncs the device)
     record_step_timings: bool = False
     # Schedule and launch step N+1 while step N runs on the device, its sampled ids feeding N+1 there
     # (inference.core.async_step). None: on for CUDA, off on CPU (where the device work is synchronous).
@@ -119,6 +120,7 @@ class EngineConfig:
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: every core we may run on
     q4_decode: bool = True  # bf16 CPU models from a GGUF read small decode batches from its Q4 blocks
     q4_amx: bool = False  # that kernel on AMX tiles at every row count (else registers; both invariant)
+    kquant_activations: str = "int16"  # K-quant decoding rows: one of KQUANT_ACTIVATIONS
     # Keep a dense bf16 copy of the projections a GGUF stores in blocks the kernels read (2 bytes per weight
     # more), which prompts and batches past 16 rows then multiply with. None: only where the CPU lacks AMX
     # (there the blocks' batch path runs in registers, several times slower than oneDNN's dense kernels).
@@ -150,6 +152,7 @@ class EngineConfig:
         # Build the groups once so a bad value fails at construction, not at load time.
         self._check_engine_type()
         check_task(self.task, self.engine_type)
+        check_choice("kquant_activations", self.kquant_activations, KQUANT_ACTIVATIONS)
         self.speculative = SpeculativeConfig.from_value(self.speculative)  # a mapping when built from yaml
         if self.speculative is not None and self.engine_type != "native":
             raise ValueError(

@@ -15,6 +15,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 QUANTIZATIONS = ("none", "gguf")
+# How K-quant decoding rows meet a GGUF's blocks: activations to 14 or 8 bits per 256 values (integer dot
+# products; int8 is llama.cpp's numerics), or bf16 (the exact product of the dequantized weights).
+KQUANT_ACTIVATIONS = ("int16", "int8", "bf16")
 
 # What a model is served for: "generate" (chat and completions) or "embed" (/v1/embeddings, run by our
 # embedding front-end, inference.frontends.embedding, so only with engine type native).
@@ -43,6 +46,11 @@ def check_task(task: str, engine_type: str) -> None:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     if task == "embed" and engine_type != "native":
         raise ValueError(f"task 'embed' runs on engine type 'native' only (type is {engine_type!r})")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
 def check_memory_fraction(value: float) -> None:

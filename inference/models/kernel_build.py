@@ -43,6 +43,9 @@ HEADERS = [
     CSRC / "q4_kernels.h",
     CSRC / "block_gemm.h",
     CSRC / "kquant_formats.h",
+    CSRC / "kquant_levels.h",
+    CSRC / "kquant_int8.h",
+    CSRC / "kquant_int16.h",
     CSRC / "bf16_lanes.h",
     CSRC / "amx_tiles.h",
 ]
@@ -54,6 +57,7 @@ _FLAGS = [
     "-mavx512bw",
     "-mavx512vl",
     "-mavx512bf16",
+    "-mavx512vnni",
     "-mamx-tile",
     "-mamx-bf16",
 ]

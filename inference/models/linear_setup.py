@@ -38,6 +38,7 @@ def plan_linears(
     quantization: str,
     q4_decode: bool,
     q4_amx: bool,
+    kquant_activations: str,
     gguf_dense_copy: bool | None,
     compiler: str,
 ) -> LinearSetup:
@@ -47,7 +48,7 @@ def plan_linears(
     kernel = None
     bf16_cpu = device.type == "cpu" and dtype == torch.bfloat16
     if cache is not None and q4_decode and quantization != "gguf" and bf16_cpu:
-        kernel = load_kernel(cache, amx=q4_amx, compiler=compiler)
+        kernel = load_kernel(cache, amx=q4_amx, activations=kquant_activations, compiler=compiler)
     pack = device.type == "cpu" and packing_supported(dtype)
     tiles = pack and load_tiles(kernel_cache, compiler=compiler)
     # Without AMX tiles the blocks' batch path runs in registers, far slower than oneDNN's dense kernels.

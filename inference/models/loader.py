@@ -127,6 +127,7 @@ def load_from_config(config: EngineConfig) -> LoadedModel:
         cache_dir=Path(config.cache_dir) if config.cache_dir else None,
         q4_decode=config.q4_decode,
         q4_amx=config.q4_amx,
+        kquant_activations=config.kquant_activations,
         gguf_dense_copy=config.gguf_dense_copy,
         kernel_compiler=config.kernel_compiler,
         model_roots=config.model_roots,
@@ -142,6 +143,7 @@ def load_model(
     quantization: str = "none",
     q4_decode: bool = True,
     q4_amx: bool = False,
+    kquant_activations: str = "int16",
     gguf_dense_copy: bool | None = None,
     kernel_compiler: str = "c++",
     model_roots: Sequence[str] | None = None,
@@ -149,8 +151,9 @@ def load_model(
     """Load `source` ("default", a HF directory or a .gguf) with our own model implementation.
 
     quantization="gguf" keeps a GGUF's Q4_0/Q4_1 projections 4-bit (CPU, bf16 activations); otherwise a
-    bf16 CPU model from a GGUF reads small batches from its blocks (q4_decode, q4_amx: q4_decode.py), and
-    larger ones too unless it keeps a dense bf16 copy of them (gguf_dense_copy; None: where there is no AMX).
+    bf16 CPU model from a GGUF reads small batches from its blocks (q4_decode, q4_amx, kquant_activations:
+    q4_decode.py), and larger ones too unless it keeps a dense bf16 copy of them (gguf_dense_copy; None:
+    where there is no AMX).
     cache_dir (default ./var/cache) holds converted GGUFs and the compiled kernel; model_roots (None:
     anywhere) confines where the source may live.
     """
@@ -178,6 +181,7 @@ def load_model(
         quantization=quantization,
         q4_decode=q4_decode,
         q4_amx=q4_amx,
+        kquant_activations=kquant_activations,
         gguf_dense_copy=gguf_dense_copy,
         compiler=kernel_compiler,
     )
@@ -209,6 +213,7 @@ def load_model(
             cache_dir=cache_dir,
             q4_decode=q4_decode,
             q4_amx=q4_amx,
+            kquant_activations=kquant_activations,
             gguf_dense_copy=True,
             kernel_compiler=kernel_compiler,
             model_roots=model_roots,

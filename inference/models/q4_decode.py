@@ -10,7 +10,10 @@ the path, so this changes speed, not weights; only the fp32 accumulation order d
 product.
 Batches of up to 16 rows take it (AMX tiles where the CPU has them and the config allows it, else
 AVX512-BF16 registers, one path for every row count so a row's bits never depend on its batch); larger
-ones, prefill among them, stay on the dense bf16 weights (linear_method.py).
+ones, prefill among them, stay on the dense bf16 weights (linear_method.py). The K-quants' decoding rows by
+default quantize their activations per 256 values instead (to 14 bits, or to 8 as llama.cpp does) and sum in
+integers (csrc/kquant_int16.h, kquant_int8.h): the product of the same weights with
+`quantized_activations(x, bits)`.
 
 The kernel is built at install time or on first use (kernel_build.py) into the cache directory the caller
 passes. Without AVX512-BF16 or a compiler, or with EngineConfig.q4_decode off, every batch stays on the
@@ -28,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from inference.models.activation_quant import quantized_activations
 from inference.models.gguf_blocks import (
     GROUP,
     SUPER_BLOCK,
@@ -75,6 +79,8 @@ class KQuantWeight:
 
 
 BlockWeight = DecodeWeight | KQuantWeight
+# The kquant_linear op's numbers for KQUANT_ACTIVATIONS.
+KQUANT_ACTIVATIONS_OP = {"bf16": 0, "int8": 1, "int16": 2}
 MAX_INPUT = 32768  # the kernels widen one row's scales into a fixed L1 buffer (kMaxDm)
 _MATCH_ROWS = 4096  # rows `matches` expands at a time
 
@@ -169,33 +175,44 @@ class Q4Kernel:
 
     amx: bool
     max_rows: int  # 16 on either path
+    activations: str = "bf16"  # K-quant decoding rows: one of KQUANT_ACTIVATIONS
 
     def linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """x [..., in] bf16 with at most max_rows rows (decoding) -> [..., out] bf16."""
-        return _linear(x, weight, bias, amx=self.amx, batch=False)
+        return _linear(x, weight, bias, amx=self.amx, batch=False, activations=self.activations)
 
     def batch_linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """Any number of rows (prompt chunks, large batches) -> [..., out] bf16: AMX tiles wherever the CPU
         has them, whatever `amx` says (every prompt row takes one path), else registers."""
-        return _linear(x, weight, bias, amx=True, batch=True)
+        return _linear(x, weight, bias, amx=True, batch=True, activations="bf16")
 
 
 def _linear(
-    x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None, *, amx: bool, batch: bool
+    x: torch.Tensor,
+    weight: BlockWeight,
+    bias: torch.Tensor | None,
+    *,
+    amx: bool,
+    batch: bool,
+    activations: str,
 ) -> torch.Tensor:
     flat = x.reshape(-1, x.shape[-1])
     if isinstance(weight, KQuantWeight):
-        out = torch.ops.mooncake_q4.kquant_linear(flat, weight.raw, weight.type_id, bias, amx, batch)
+        out = torch.ops.mooncake_q4.kquant_linear(
+            flat, weight.raw, weight.type_id, bias, amx, batch, KQUANT_ACTIVATIONS_OP[activations]
+        )
     else:
         out = torch.ops.mooncake_q4.q4_linear(flat, weight.levels, weight.dm, bias, amx, batch)
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
 _lock = threading.Lock()
-_checked: dict[bool, Q4Kernel | None] = {}  # per AMX setting: the kernel, or None if it disagreed
+_checked: dict[tuple[bool, str], Q4Kernel | None] = {}  # per (amx, activations): the kernel, or None
 
 
-def load_kernel(cache_dir: Path, *, amx: bool = True, compiler: str = "c++") -> Q4Kernel | None:
+def load_kernel(
+    cache_dir: Path, *, amx: bool = True, activations: str = "bf16", compiler: str = "c++"
+) -> Q4Kernel | None:
     """The kernel, built into `cache_dir` if needed, loaded and checked once per process and AMX setting;
     None (and a log line) wherever it cannot or must not run here."""
     # Imported here: kernel_build is also `python -m`'s entry point, which must not find it imported yet.
@@ -207,10 +224,10 @@ def load_kernel(cache_dir: Path, *, amx: bool = True, compiler: str = "c++") -> 
     with _lock:
         try:
             load_library(cache_dir, compiler=compiler)
-            if amx not in _checked:
-                kernel = Q4Kernel(amx, int(torch.ops.mooncake_q4.max_rows(amx)))
-                _checked[amx] = kernel if _agrees_with_dense(kernel) else None
-            return _checked[amx]
+            if (amx, activations) not in _checked:
+                kernel = Q4Kernel(amx, int(torch.ops.mooncake_q4.max_rows(amx)), activations)
+                _checked[amx, activations] = kernel if _agrees_with_dense(kernel) else None
+            return _checked[amx, activations]
         except (RuntimeError, OSError, ImportError, AttributeError) as exc:
             logger.warning("Q4 decode kernel unavailable (%s); small batches use the dense bf16 weights", exc)
             return None
@@ -236,6 +253,8 @@ def _agrees_with_dense(kernel: Q4Kernel) -> bool:
 
 def _agrees(kernel: Q4Kernel, blocks: BlockMatrix) -> bool:
     weight = decode_weight(blocks)
+    if kernel.activations != "bf16" and isinstance(weight, KQuantWeight):
+        return _agrees_integer(kernel, weight, blocks)
     dense = torch.from_numpy(blocks.dequantize()).bfloat16()
     gen = torch.Generator().manual_seed(0)
     width = blocks.shape[1]
@@ -256,4 +275,17 @@ def _agrees(kernel: Q4Kernel, blocks: BlockMatrix) -> bool:
                 rows,
             )
             return False
+    return True
+
+
+def _agrees_integer(kernel: Q4Kernel, weight: KQuantWeight, blocks: BlockMatrix) -> bool:
+    """Each row within one bf16 rounding of the quantized activations' product, and alike alone or not."""
+    dense = torch.from_numpy(blocks.dequantize()).double()
+    x = torch.randn(kernel.max_rows, blocks.shape[1], generator=torch.Generator().manual_seed(0)).bfloat16()
+    out = kernel.linear(x, weight, None)
+    exact = quantized_activations(x, kernel.activations).double() @ dense.T
+    close = bool(torch.all((out.double() - exact).abs() <= exact.abs() * 2**-8 + 1e-5))
+    if not (close and torch.equal(kernel.linear(x[-1:], weight, None), out[-1:])):
+        logger.warning("GGUF %s decode kernel disagrees with the dense weights", kernel.activations)
+        return False
     return True

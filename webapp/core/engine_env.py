@@ -16,6 +16,7 @@ ENGINE_ENV = {
     "cpu_threads": "MOONCAKE_CPU_THREADS",
     "q4_decode": "MOONCAKE_Q4_DECODE",
     "q4_amx": "MOONCAKE_Q4_AMX",
+    "kquant_activations": "MOONCAKE_KQUANT_ACTIVATIONS",
     "gguf_dense_copy": "MOONCAKE_GGUF_DENSE_COPY",
     "kernel_compiler": "CXX",
 }

@@ -1,9 +1,12 @@
 // The kquant_linear and kquant_dequantize ops: a GGUF's Q4_K, Q5_K and Q6_K rows as the file stores them
-// (formats in kquant_formats.h, the kernels in q4_kernels.h; see q4_decode.py).
+// (formats in kquant_formats.h and kquant_levels.h; the bf16 kernels in q4_kernels.h and block_gemm.h, the
+// integer ones for decoding rows in kquant_int8.h and kquant_int16.h; see q4_decode.py).
 #include <torch/library.h>
 
 #include "kquant_formats.h"
 #include "block_gemm.h"
+#include "kquant_int8.h"
+#include "kquant_int16.h"
 
 namespace mooncake_q4 {
 namespace {
@@ -32,8 +35,47 @@ int64_t checked_rows(const at::Tensor& raw, int64_t kind, int64_t k) {
   return raw.size(0);
 }
 
+// How decoding rows' activations meet the K-quant levels (q4_decode.py's ACTIVATIONS, in that order).
+enum Activations : int64_t { kBf16 = 0, kInt8 = 1, kInt16 = 2 };
+
+template <template <class> class Multiply>
+void integer_rows(int64_t kind, const uint16_t* xs, const uint8_t* q, float* ys, int64_t rows, int64_t k, int64_t n) {
+  switch (kind) {
+    case kQ4K: Multiply<Q4KLevels>::run(xs, q, ys, rows, k, n); break;
+    case kQ5K: Multiply<Q5KLevels>::run(xs, q, ys, rows, k, n); break;
+    default: Multiply<Q6KLevels>::run(xs, q, ys, rows, k, n); break;
+  }
+}
+
+template <class Fmt>
+struct Int8Rows {
+  static void run(const uint16_t* xs, const uint8_t* q, float* ys, int64_t rows, int64_t k, int64_t n) {
+    int8_multiply<Fmt>(xs, q, ys, rows, k, n);
+  }
+};
+
+template <class Fmt>
+struct Int16Rows {
+  static void run(const uint16_t* xs, const uint8_t* q, float* ys, int64_t rows, int64_t k, int64_t n) {
+    int16_multiply<Fmt>(xs, q, ys, rows, k, n);
+  }
+};
+
+// Decoding rows with their activations quantized per super-block (kquant_int8.h, kquant_int16.h).
+at::Tensor integer_linear(const uint16_t* xs, const uint8_t* q, int64_t kind, int64_t activations,
+                          const c10::optional<at::Tensor>& bias, int64_t rows, int64_t k, int64_t n) {
+  auto y = at::empty({rows, n}, at::TensorOptions().dtype(at::kFloat));
+  if (activations == kInt8) {
+    integer_rows<Int8Rows>(kind, xs, q, y.data_ptr<float>(), rows, k, n);
+  } else {
+    integer_rows<Int16Rows>(kind, xs, q, y.data_ptr<float>(), rows, k, n);
+  }
+  if (bias.has_value() && bias->defined()) y.add_(bias->to(at::kFloat));
+  return y.to(at::kBFloat16);
+}
+
 at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kind,
-                         const c10::optional<at::Tensor>& bias, bool amx, bool batch) {
+                         const c10::optional<at::Tensor>& bias, bool amx, bool batch, int64_t activations) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "x must be 2-D bf16");
   const int64_t rows = x.size(0), k = x.size(1);
   const int64_t n = checked_rows(raw, kind, k);
@@ -41,6 +83,8 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kin
   auto xc = x.contiguous();
   const auto* xs = reinterpret_cast<const uint16_t*>(xc.data_ptr());
   const auto* q = raw.data_ptr<uint8_t>();
+  TORCH_CHECK(activations >= kBf16 && activations <= kInt16, "activations must be 0 (bf16), 1 (int8) or 2 (int16)");
+  if (activations != kBf16 && !batch) return integer_linear(xs, q, kind, activations, bias, rows, k, n);
   return with_format(kind, [&](auto format) {
     return linear_rows<decltype(format)>(xc, xs, q, nullptr, bias, n, amx, batch);
   });
@@ -76,7 +120,7 @@ at::Tensor kquant_dequantize(const at::Tensor& raw, int64_t kind, int64_t k) {
 }  // namespace mooncake_q4
 
 TORCH_LIBRARY_FRAGMENT(mooncake_q4, m) {
-  m.def("kquant_linear(Tensor x, Tensor raw, int kind, Tensor? bias, bool amx, bool batch=False) -> Tensor");
+  m.def("kquant_linear(Tensor x, Tensor raw, int kind, Tensor? bias, bool amx, bool batch=False, int activations=0) -> Tensor");
   m.def("kquant_dequantize(Tensor raw, int kind, int k) -> Tensor");
 }
 

@@ -1,0 +1,159 @@
+// Decoding rows against K-quant super-blocks in integers with 14-bit activations: each activation row is
+// quantized per 256 values to int16 in -8191..8191 with one fp32 scale (d = amax / 8191), each weight
+// level is widened to int16 and multiplied by its sub-block's integer scale (Q6_K's levels centred first),
+// and vpdpwssd sums weights x activations exactly in int32 lanes. Floating point enters once per
+// super-block, as in kquant_int8.h: y += (dx * d) * sum, and for Q4_K/Q5_K y -= (dx * dmin) * sum(m * sum of
+// x's sub-block). 8191 keeps every lane inside int32: |(q - 32) * sc| <= 4096 for Q6_K, 16 products a lane.
+//
+// Against int8 activations (kquant_int8.h, llama.cpp's numerics) each value keeps 64 times finer steps: on
+// the bundled model requantized to Q4_K_M, 7 of 8 greedy replies equal the bf16 reference's for 16 tokens
+// where int8 gives 5 (bf16 activations: 8). It costs more instructions per weight (bench/NOTES.md).
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kquant_levels.h"
+
+namespace mooncake_q4 {
+
+constexpr float kLevels16 = 8191.0f;
+
+struct Quantized16 {
+  std::vector<int16_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sums;  // per 32
+};
+
+inline Quantized16 quantize_rows16(const uint16_t* x, int64_t rows, int64_t k) {
+  Quantized16 out{std::vector<int16_t>(rows * k), std::vector<float>(rows * k / 256),
+                      std::vector<int32_t>(rows * k / 32)};
+  for (int64_t sb = 0; sb < rows * k / 256; ++sb) {
+    const uint16_t* src = x + sb * 256;
+    __m512 v[16];
+    __m512 amax = _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * 16));
+      v[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v[i]));
+    }
+    const float max = _mm512_reduce_max_ps(amax);
+    const float iscale = max > 0.0f ? kLevels16 / max : 0.0f;
+    out.d[sb] = max / kLevels16;
+    for (int i = 0; i < 16; i += 2) {
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], _mm512_set1_ps(iscale)));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v[i + 1], _mm512_set1_ps(iscale)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + sb * 256 + i * 16), _mm512_cvtsepi32_epi16(q0));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + sb * 256 + i * 16 + 16), _mm512_cvtsepi32_epi16(q1));
+      out.sums[sb * 8 + i / 2] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+  }
+  return out;
+}
+
+template <class Fmt>
+struct WideIndex {
+  __m512i lo[4], hi[4];
+  WideIndex() {
+    for (int pair = 0; pair < 4; ++pair) {
+      alignas(64) int16_t a[32], b[32];
+      for (int t = 0; t < 32; ++t) {
+        a[t] = static_cast<int16_t>((pair * 64 + t) / Fmt::kWeightsPerScale);
+        b[t] = static_cast<int16_t>((pair * 64 + 32 + t) / Fmt::kWeightsPerScale);
+      }
+      lo[pair] = _mm512_load_si512(a);
+      hi[pair] = _mm512_load_si512(b);
+    }
+  }
+};
+
+template <class Fmt, int M, int R>
+inline void int16_rows(const uint8_t* raw, const Quantized16& xq, const WideIndex<Fmt>& index, float* y,
+                     int64_t m0, int64_t n, int64_t k, int64_t n_total) {
+  const int64_t sbs = k / 256;
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = raw + (n + r) * sbs * Fmt::kBytes;
+  __m512 acc[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < sbs; ++sb) {
+    SuperBlock blocks[R];
+    for (int r = 0; r < R; ++r) {
+      prefetch_super_block<Fmt>(rows[r] + sb * Fmt::kBytes);
+      blocks[r] = Fmt::decode(rows[r] + sb * Fmt::kBytes);
+    }
+    __m512i sums[R][M];
+    for (int r = 0; r < R; ++r)
+      for (int m = 0; m < M; ++m) sums[r][m] = _mm512_setzero_si512();
+    for (int p = 0; p < 4; ++p) {
+      for (int r = 0; r < R; ++r) {
+        const __m512i levels = Fmt::levels(rows[r] + sb * Fmt::kBytes, p);
+        __m512i lo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(levels));
+        __m512i hi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(levels, 1));
+        if constexpr (!Fmt::kMins) {
+          lo = _mm512_sub_epi16(lo, _mm512_set1_epi16(32));
+          hi = _mm512_sub_epi16(hi, _mm512_set1_epi16(32));
+        }
+        const __m512i w0 = _mm512_mullo_epi16(lo, _mm512_permutexvar_epi16(index.lo[p], blocks[r].scales));
+        const __m512i w1 = _mm512_mullo_epi16(hi, _mm512_permutexvar_epi16(index.hi[p], blocks[r].scales));
+        for (int m = 0; m < M; ++m) {
+          const int16_t* x = xq.q.data() + (m0 + m) * k + sb * 256 + p * 64;
+          sums[r][m] = _mm512_dpwssd_epi32(sums[r][m], w0, _mm512_loadu_si512(x));
+          sums[r][m] = _mm512_dpwssd_epi32(sums[r][m], w1, _mm512_loadu_si512(x + 32));
+        }
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      const int64_t at = (m0 + m) * sbs + sb;
+      const float dx = xq.d[at];
+      for (int r = 0; r < R; ++r) {
+        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][m]), _mm512_set1_ps(dx * blocks[r].d), acc[r][m]);
+        if constexpr (Fmt::kMins) {
+          const __m256i x32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + at * 8));
+          const __m256i m32 = _mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(blocks[r].scales, 1));
+          acc[r][m] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(_mm256_mullo_epi32(m32, x32))),
+                                       _mm512_set1_ps(dx * blocks[r].dmin), acc[r][m]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) y[(m0 + m) * n_total + n + r] = _mm512_reduce_add_ps(acc[r][m]);
+}
+
+template <class Fmt, int M, int R>
+void int16_group(const uint8_t* raw, const Quantized16& xq, float* y, int64_t m0, int64_t k, int64_t n) {
+  const WideIndex<Fmt> index;
+  at::parallel_for(0, (n + R - 1) / R, 64 / R, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t row = g * R;
+      if (row + R <= n) {
+        int16_rows<Fmt, M, R>(raw, xq, index, y, m0, row, k, n);
+      } else {
+        for (int64_t r = row; r < n; ++r) int16_rows<Fmt, M, 1>(raw, xq, index, y, m0, r, k, n);
+      }
+    }
+  });
+}
+
+template <class Fmt>
+void int16_multiply(const uint16_t* xs, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n) {
+  const Quantized16 xq = quantize_rows16(xs, rows, k);
+  for (int64_t done = 0; done < rows;) {
+    const int64_t left = rows - done;
+    const int64_t group = left >= 8 ? 8 : (left > 4 ? 4 : left);
+    switch (group) {
+      case 1: int16_group<Fmt, 1, 4>(raw, xq, y, done, k, n); break;
+      case 2: int16_group<Fmt, 2, 4>(raw, xq, y, done, k, n); break;
+      case 3: int16_group<Fmt, 3, 2>(raw, xq, y, done, k, n); break;
+      case 4: int16_group<Fmt, 4, 2>(raw, xq, y, done, k, n); break;
+      default: int16_group<Fmt, 8, 1>(raw, xq, y, done, k, n); break;
+    }
+    done += group;
+  }
+}
+
+}  // namespace mooncake_q4

@@ -1,0 +1,146 @@
+// Decoding rows against K-quant super-blocks in integers, the way llama.cpp's vec-dot kernels read them:
+// each activation row is quantized per 256 values to int8 with one fp32 scale (d = amax / 127, as Q8_K),
+// the weights' levels stay unsigned bytes, and AVX512-BW/VNNI multiply-adds (vpmaddubsw, then vpdpwssd with
+// the sub-block's integer scale) sum levels x activations exactly in int32 lanes. Floating point enters once
+// per super-block: y += (dx * d) * sum, and for Q4_K/Q5_K y -= (dx * dmin) * sum(m * sum of x's sub-block).
+// A pair of 32-weight blocks then costs a load, two masks and a shuffle on the weight side and two
+// multiply-adds per activation row, against the bf16 path's table build and two permutes (kquant_formats.h):
+// one stream's decode goes from compute-bound to nearly memory-bound.
+//
+// The result is the product of the dequantized weights with the quantized activations (exact integer sums,
+// fp32 per super-block, one bf16 rounding), not the bf16 activations' product: the activations lose up to
+// half a step of amax / 127 each, as in llama.cpp. Every (weight row, activation row) runs the same
+// instructions in the same order whatever the call holds, so a row's bits never depend on its batch.
+// AVX512-VNNI comes with every CPU that has AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 on).
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kquant_levels.h"
+
+namespace mooncake_q4 {
+
+// Activation rows as int8 per 256 values: q [rows, k], d [rows, k / 256], sums of q per 16 [rows, k / 16].
+struct QuantizedRows {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int16_t> sums;
+};
+
+// q = round-to-nearest-even(x * (127 / amax)), d = amax / 127 (0 and 0 for an all-zero super-block).
+inline QuantizedRows quantize_rows(const uint16_t* x, int64_t rows, int64_t k) {
+  QuantizedRows out{std::vector<int8_t>(rows * k), std::vector<float>(rows * k / 256),
+                    std::vector<int16_t>(rows * k / 16)};
+  for (int64_t sb = 0; sb < rows * k / 256; ++sb) {
+    const uint16_t* src = x + sb * 256;
+    __m512 v[16];
+    __m512 amax = _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * 16));
+      v[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v[i]));
+    }
+    const float max = _mm512_reduce_max_ps(amax);
+    const float iscale = max > 0.0f ? 127.0f / max : 0.0f;
+    out.d[sb] = max / 127.0f;
+    for (int i = 0; i < 16; ++i) {
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], _mm512_set1_ps(iscale)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q.data() + sb * 256 + i * 16), _mm512_cvtsepi32_epi8(q));
+      out.sums[sb * 16 + i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+  }
+  return out;
+}
+
+// Weight rows [n, n + R) x activation rows [m0, m0 + M) into y [rows, n_total] (fp32).
+template <class Fmt, int M, int R>
+inline void int8_rows(const uint8_t* raw, const QuantizedRows& xq, const PairIndex<Fmt>& index, float* y,
+                      int64_t m0, int64_t n, int64_t k, int64_t n_total) {
+  const int64_t sbs = k / 256;
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = raw + (n + r) * sbs * Fmt::kBytes;
+  __m512 acc[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < sbs; ++sb) {
+    SuperBlock blocks[R];
+    for (int r = 0; r < R; ++r) {
+      prefetch_super_block<Fmt>(rows[r] + sb * Fmt::kBytes);
+      blocks[r] = Fmt::decode(rows[r] + sb * Fmt::kBytes);
+    }
+    __m512i sums[R][M];
+    for (int r = 0; r < R; ++r)
+      for (int m = 0; m < M; ++m) sums[r][m] = _mm512_setzero_si512();
+    for (int p = 0; p < 4; ++p) {
+      for (int r = 0; r < R; ++r) {
+        const __m512i w = Fmt::levels(rows[r] + sb * Fmt::kBytes, p);
+        const __m512i scale = _mm512_permutexvar_epi16(index.p[p], blocks[r].scales);
+        for (int m = 0; m < M; ++m) {
+          const __m512i x = _mm512_loadu_si512(xq.q.data() + (m0 + m) * k + sb * 256 + p * 64);
+          sums[r][m] = _mm512_dpwssd_epi32(sums[r][m], _mm512_maddubs_epi16(w, x), scale);
+        }
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      const int64_t at = (m0 + m) * sbs + sb;
+      const float dx = xq.d[at];
+      const __m256i x16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + at * 16));
+      for (int r = 0; r < R; ++r) {
+        __m512i s = sums[r][m];
+        if constexpr (!Fmt::kMins) {  // Q6_K: minus 32 * sum(sc_j * sum of x over j's 16 values), exactly
+          const __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(blocks[r].scales), x16);
+          s = _mm512_sub_epi32(s, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+        }
+        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dx * blocks[r].d), acc[r][m]);
+        if constexpr (Fmt::kMins) {  // minus dmin * sum(m_j * sum of x over j's 32 values)
+          const __m256i x32 = _mm256_madd_epi16(x16, _mm256_set1_epi16(1));  // 8 sums of 32 as int32
+          const __m256i m32 = _mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(blocks[r].scales, 1));
+          const __m256i mins = _mm256_mullo_epi32(m32, x32);
+          acc[r][m] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(mins)),
+                                       _mm512_set1_ps(dx * blocks[r].dmin), acc[r][m]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) y[(m0 + m) * n_total + n + r] = _mm512_reduce_add_ps(acc[r][m]);
+}
+
+template <class Fmt, int M, int R>
+void int8_group(const uint8_t* raw, const QuantizedRows& xq, float* y, int64_t m0, int64_t k, int64_t n) {
+  const PairIndex<Fmt> index;
+  at::parallel_for(0, (n + R - 1) / R, 64 / R, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t row = g * R;
+      if (row + R <= n) {
+        int8_rows<Fmt, M, R>(raw, xq, index, y, m0, row, k, n);
+      } else {
+        for (int64_t r = row; r < n; ++r) int8_rows<Fmt, M, 1>(raw, xq, index, y, m0, r, k, n);
+      }
+    }
+  });
+}
+
+// y [rows, n] fp32 = quantized x @ W^T, activation rows in groups of 8, 4 and the rest.
+template <class Fmt>
+void int8_multiply(const uint16_t* xs, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n) {
+  const QuantizedRows xq = quantize_rows(xs, rows, k);
+  for (int64_t done = 0; done < rows;) {
+    const int64_t left = rows - done;
+    const int64_t group = left >= 8 ? 8 : (left > 4 ? 4 : left);
+    switch (group) {
+      case 1: int8_group<Fmt, 1, 4>(raw, xq, y, done, k, n); break;
+      case 2: int8_group<Fmt, 2, 4>(raw, xq, y, done, k, n); break;
+      case 3: int8_group<Fmt, 3, 2>(raw, xq, y, done, k, n); break;
+      case 4: int8_group<Fmt, 4, 2>(raw, xq, y, done, k, n); break;
+      default: int8_group<Fmt, 8, 1>(raw, xq, y, done, k, n); break;
+    }
+    done += group;
+  }
+}
+
+}  // namespace mooncake_q4
