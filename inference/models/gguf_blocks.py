@@ -26,7 +26,7 @@ from inference.models.gguf_tensors import PERMUTED_ARCHS, hf_names, unpermute
 GROUP = 32  # Q4_0, Q4_1 and Q8_0 quantize blocks of 32 weights along the input dimension
 SUPER_BLOCK = 256  # the K-quants' super-block of 8 or 16 sub-blocks
 _BLOCK_BYTES = {"Q4_0": 2 + GROUP // 2, "Q4_1": 4 + GROUP // 2}
-KQUANT_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}  # bytes per super-block
+KQUANT_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "IQ4_XS": 136}  # bytes per super-block
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +95,9 @@ class Q8Blocks:
 
 @dataclass(frozen=True, slots=True)
 class KQuantBlocks:
-    """A Q4_K, Q5_K or Q6_K matrix: each row the file's super-blocks, as stored."""
+    """A Q4_K, Q5_K, Q6_K or IQ4_XS matrix: each row the file's super-blocks of 256 weights, as stored."""
 
-    type_name: str  # "Q4_K", "Q5_K" or "Q6_K"
+    type_name: str  # one of KQUANT_BYTES
     raw: np.ndarray  # [out, in // 256 * KQUANT_BYTES[type_name]] uint8
 
     @property
@@ -116,6 +116,8 @@ class KQuantBlocks:
         scales = rng.uniform(scale / 20, scale, (*blocks.shape[:2], 2)).astype(np.float16).view(np.uint8)
         if type_name == "Q6_K":
             blocks[..., size - 2 :] = scales[..., :2]  # d last; int8 sub-block scales before it
+        elif type_name == "IQ4_XS":
+            blocks[..., :2] = scales[..., :2]  # d first; the 6-bit sub-block scales after it
         else:
             blocks[..., :4] = scales  # d and dmin first
         return cls(type_name, blocks.reshape(out_features, -1))
@@ -163,7 +165,7 @@ class GGUFBlocks:
 
 
 def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBlocks:
-    """The file's Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights (other types are left out)."""
+    """The file's Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS weights (other types are left out)."""
     reader = GGUFFile(gguf_path)
     arch = reader.architecture
     linears: dict[str, BlockMatrix] = {}

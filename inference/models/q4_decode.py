@@ -3,8 +3,8 @@
 A decode step of a few sequences is bound by reading every weight once. For a GGUF's Q4_0/Q4_1
 projections the kernel (csrc/q4_decode.cpp) reads the 4-bit levels plus a (d, m) pair per block, 5 bytes
 per 8 weights against bf16's 16, and expands each block in registers to bf16(d * q + m): exactly the bf16
-weights the dequantized model holds. Q8_0 takes the same kernel with int8 levels; Q4_K, Q5_K and Q6_K rows
-are read as the file stores them (csrc/kquant_linear.cpp, 4.5 to 6.6 bits per weight), expanded to
+weights the dequantized model holds. Q8_0 takes the same kernel with int8 levels; Q4_K, Q5_K, Q6_K and IQ4_XS
+rows are read as the file stores them (csrc/kquant_linear.cpp, 4.25 to 6.6 bits per weight), expanded to
 gguf-py's dequantized values rounded to bf16. `matches` checks that bit for bit before a projection takes
 the path, so this changes speed, not weights; only the fp32 accumulation order differs from the dense bf16
 product.
@@ -34,6 +34,7 @@ import torch
 from inference.models.activation_quant import quantized_activations
 from inference.models.gguf_blocks import (
     GROUP,
+    KQUANT_BYTES,
     SUPER_BLOCK,
     BlockMatrix,
     KQuantBlocks,
@@ -65,7 +66,7 @@ class DecodeWeight:
 
 @dataclass(slots=True)
 class KQuantWeight:
-    """One matrix of Q4_K/Q5_K/Q6_K super-blocks, each row the file's bytes."""
+    """One matrix of Q4_K/Q5_K/Q6_K/IQ4_XS super-blocks, each row the file's bytes."""
 
     raw: torch.Tensor  # [out, in // 256 * bytes per super-block] uint8
     type_id: int  # ggml's number for the type
@@ -247,7 +248,7 @@ def _agrees_with_dense(kernel: Q4Kernel) -> bool:
         rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
     )
     checked: list[BlockMatrix] = [blocks, q8]
-    checked += [KQuantBlocks.random(name, 20, SUPER_BLOCK, seed=1) for name in ("Q4_K", "Q5_K", "Q6_K")]
+    checked += [KQuantBlocks.random(name, 20, SUPER_BLOCK, seed=1) for name in KQUANT_BYTES]
     return all(_agrees(kernel, b) for b in checked)
 
 

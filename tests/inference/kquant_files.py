@@ -1,6 +1,6 @@
-"""K-quant GGUFs made in the tests: Q4_K and Q6_K blocks written by a plain numpy quantizer (gguf-py reads
-these types but does not write them), and the bundled model requantized the way llama-quantize's Q4_K_M
-does it, with no download and no llama.cpp build.
+"""K-quant GGUFs made in the tests: Q4_K, Q6_K and IQ4_XS blocks written by a plain numpy quantizer (gguf-py
+reads these types but does not write them), and the bundled model requantized the way llama-quantize's
+Q4_K_M does it (or to IQ4_XS), with no download and no llama.cpp build.
 
 The quantizer is not llama.cpp's (no search for the best scales), only a valid one: gguf-py's dequantize
 reads its blocks back within each sub-block's step.
@@ -88,6 +88,31 @@ def quantize_q6_k(weights: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, 1).reshape(out_features, -1)
 
 
+IQ4_NL_VALUES = np.array(
+    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32
+)
+
+
+def quantize_iq4_xs(weights: np.ndarray) -> np.ndarray:
+    """[out, in] float32 (in a multiple of 256) -> [out, in / 256 * 136] uint8 IQ4_XS blocks: per sub-block
+    of 32 a scale d * (ls - 32) (ls - 32 in 0..31 here) and each weight the nearest of the 16 table values."""
+    out_features = weights.shape[0]
+    x = weights.astype(np.float32).reshape(-1, 8, 32)
+    scale = np.abs(x).max(-1) / 127.0
+    d = (scale.max(-1) / 31.0).astype(np.float16)
+    d32 = d.astype(np.float32)[:, None]
+    ls = np.clip(np.rint(_ratio(scale, d32)), 0, 31).astype(np.uint16)  # ls - 32 in 0..31: stored + 32
+    step = (d32 * ls.astype(np.float32))[..., None]
+    index = np.abs(_ratio(x, step)[..., None] - IQ4_NL_VALUES).argmin(-1).astype(np.uint8)  # [block, 8, 32]
+    qs = (index[..., :16] | (index[..., 16:] << 4)).reshape(-1, 128)
+    stored = ls + 32
+    low = (stored & 0x0F).astype(np.uint8)
+    scales_l = low[:, 0::2] | (low[:, 1::2] << 4)
+    scales_h = ((stored >> 4) << (2 * np.arange(8, dtype=np.uint16))).sum(-1).astype(np.uint16)
+    parts = [d.view(np.uint8).reshape(-1, 2), scales_h.view(np.uint8).reshape(-1, 2), scales_l, qs]
+    return np.concatenate(parts, 1).reshape(out_features, -1)
+
+
 def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a / b, 0 where b is 0 (an all-zero sub-block)."""
     a, b = np.broadcast_arrays(a, b)
@@ -99,10 +124,11 @@ def _more_bits(layer: int, layers: int) -> bool:
     return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
 
 
-def requantize_q4_k_m(source: Path, target: Path) -> dict[str, int]:
+def requantize_q4_k_m(source: Path, target: Path, *, mix: str = "Q4_K_M") -> dict[str, int]:
     """The GGUF `source` rewritten with Q4_K_M's choice of types: Q4_K, with Q6_K for the output and for the
     attn_v and ffn_down of some layers, and Q8_0 where a row is not whole super-blocks (llama-quantize's own
-    fallback for Q6_K). Metadata and tokenizer are copied. Returns how many tensors took each type."""
+    fallback for Q6_K); with mix "IQ4_XS", IQ4_XS for every tensor of whole super-blocks. Metadata and
+    tokenizer are copied. Returns how many tensors took each type."""
     reader = GGUFReader(source)
     arch = str(reader.fields["general.architecture"].contents())
     layers = int(reader.fields[f"{arch}.block_count"].contents())
@@ -115,7 +141,7 @@ def requantize_q4_k_m(source: Path, target: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
     for tensor in reader.tensors:
         values = dequantize(tensor.data, tensor.tensor_type)
-        chosen = _chosen_type(tensor.name, values.shape, layers)
+        chosen = _chosen_type(tensor.name, values.shape, layers, mix)
         counts[chosen.name] = counts.get(chosen.name, 0) + 1
         if chosen == T.F32:
             writer.add_tensor(tensor.name, values.astype(np.float32))
@@ -125,6 +151,8 @@ def requantize_q4_k_m(source: Path, target: Path) -> dict[str, int]:
             data = quantize_q4_k(rows)
         elif chosen == T.Q6_K:
             data = quantize_q6_k(rows)
+        elif chosen == T.IQ4_XS:
+            data = quantize_iq4_xs(rows)
         else:
             data = quantize(rows, chosen)
         writer.add_tensor(tensor.name, data, raw_shape=data.shape, raw_dtype=chosen)
@@ -135,11 +163,13 @@ def requantize_q4_k_m(source: Path, target: Path) -> dict[str, int]:
     return counts
 
 
-def _chosen_type(name: str, shape: tuple[int, ...], layers: int) -> T:
+def _chosen_type(name: str, shape: tuple[int, ...], layers: int, mix: str) -> T:
     if len(shape) < 2:
         return T.F32
     if shape[-1] % SUPER:
         return T.Q8_0
+    if mix == "IQ4_XS":
+        return T.IQ4_XS
     layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
     if name in ("output.weight", "token_embd.weight"):
         return T.Q6_K

@@ -1,4 +1,4 @@
-// ggml's K-quant super-blocks (Q4_K, Q5_K, Q6_K) as formats for the generic kernels in q4_kernels.h: each row
+// ggml's K-quant super-blocks (Q4_K, Q5_K, Q6_K, and IQ4_XS with them) as formats for the generic kernels in q4_kernels.h: each row
 // is the file's own bytes, super-block after super-block of 256 weights, read as stored.
 //
 // Per row, each super-block's packed 6-bit (Q4_K, Q5_K) or int8 (Q6_K) sub-block scales are decoded once
@@ -148,6 +148,57 @@ struct Q6KFormat {
     const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), two_bits), 4);
     *wa = scaled(_mm256_or_si256(la, ha), s);
     *wb = scaled(_mm256_or_si256(lb, hb), s + 2);
+  }
+};
+
+// IQ4_XS: {d, scales_h (u16), scales_l[4], qs[128]}; sub-block j's 16 bytes hold its weights 0..15 in the
+// low nibbles and 16..31 in the high ones, each an index into ggml's non-linear table kIq4nlValues; its scale
+// is ls - 32, ls = 4 bits of scales_l[j / 2] and 2 of scales_h. W = (d * (ls - 32)) * value, two fp32
+// products as gguf-py computes them.
+alignas(16) inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                        1,    13,   25,  38,  53,  69,  89,  113};
+
+inline int iq4xs_scale(const uint8_t* block, int j) {
+  uint16_t high;
+  __builtin_memcpy(&high, block + 2, 2);
+  return (((block[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((high >> (2 * j)) & 3) << 4)) - 32;
+}
+
+// The 32 indices of sub-blocks j and j + 1 (32 bytes from q) in the weights' order, as two halves of 16:
+// *a = [j's low nibbles | j's high nibbles], *b the same for j + 1.
+inline void iq4xs_indices(const uint8_t* q, __m256i* a, __m256i* b) {
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i lo = _mm256_and_si256(bytes, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+  *a = _mm256_permute2x128_si256(lo, hi, 0x20);
+  *b = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
+struct IQ4XSFormat {
+  static constexpr bool kPermuteX = false;
+  static constexpr int64_t kBytes = 136;
+  static int64_t row_bytes(int64_t k) { return k / 256 * kBytes; }
+  static void row_scales(const uint8_t* row, const uint16_t*, float* dst, int64_t k) {
+    for (int64_t sb = 0; sb < k / 256; ++sb) {
+      const uint8_t* block = row + sb * kBytes;
+      const float d = half_at(block);
+      for (int j = 0; j < 8; ++j) {
+        dst[sb * 16 + 2 * j] = d * static_cast<float>(iq4xs_scale(block, j));
+        dst[sb * 16 + 2 * j + 1] = 0.0f;
+      }
+    }
+  }
+  static void expand(const uint8_t* row, int64_t b, const float* s, __m512i* wa, __m512i* wb) {
+    const uint8_t* q = row + (b / 8) * kBytes + 8 + (b % 8) * 16;
+    _mm_prefetch(reinterpret_cast<const char*>(q + 2048), _MM_HINT_T0);
+    const __m512 values = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues))));
+    const __m512i table = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_set1_ps(s[2]), values),
+                                                       _mm512_mul_ps(_mm512_set1_ps(s[0]), values));
+    __m256i a, c;
+    iq4xs_indices(q, &a, &c);
+    *wa = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(a), table);
+    *wb = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_cvtepu8_epi16(c), _mm512_set1_epi16(16)), table);
   }
 };
 

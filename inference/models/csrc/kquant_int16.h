@@ -91,11 +91,17 @@ inline void int16_rows(const uint8_t* raw, const Quantized16& xq, const WideInde
     for (int p = 0; p < 4; ++p) {
       for (int r = 0; r < R; ++r) {
         const __m512i levels = Fmt::levels(rows[r] + sb * Fmt::kBytes, p);
-        __m512i lo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(levels));
-        __m512i hi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(levels, 1));
-        if constexpr (!Fmt::kMins) {
-          lo = _mm512_sub_epi16(lo, _mm512_set1_epi16(32));
-          hi = _mm512_sub_epi16(hi, _mm512_set1_epi16(32));
+        __m512i lo, hi;
+        if constexpr (Fmt::kSigned) {
+          lo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(levels));
+          hi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(levels, 1));
+        } else {
+          lo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(levels));
+          hi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(levels, 1));
+        }
+        if constexpr (Fmt::kCentre != 0) {
+          lo = _mm512_sub_epi16(lo, _mm512_set1_epi16(Fmt::kCentre));
+          hi = _mm512_sub_epi16(hi, _mm512_set1_epi16(Fmt::kCentre));
         }
         const __m512i w0 = _mm512_mullo_epi16(lo, _mm512_permutexvar_epi16(index.lo[p], blocks[r].scales));
         const __m512i w1 = _mm512_mullo_epi16(hi, _mm512_permutexvar_epi16(index.hi[p], blocks[r].scales));

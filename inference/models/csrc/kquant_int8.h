@@ -77,10 +77,16 @@ inline void int8_rows(const uint8_t* raw, const QuantizedRows& xq, const PairInd
       for (int m = 0; m < M; ++m) sums[r][m] = _mm512_setzero_si512();
     for (int p = 0; p < 4; ++p) {
       for (int r = 0; r < R; ++r) {
-        const __m512i w = Fmt::levels(rows[r] + sb * Fmt::kBytes, p);
+        __m512i w = Fmt::levels(rows[r] + sb * Fmt::kBytes, p);
+        __mmask64 negative = 0;
+        if constexpr (Fmt::kSigned) {  // |w| x (x with w's sign): vpmaddubsw takes unsigned weights
+          negative = _mm512_movepi8_mask(w);
+          w = _mm512_abs_epi8(w);
+        }
         const __m512i scale = _mm512_permutexvar_epi16(index.p[p], blocks[r].scales);
         for (int m = 0; m < M; ++m) {
-          const __m512i x = _mm512_loadu_si512(xq.q.data() + (m0 + m) * k + sb * 256 + p * 64);
+          __m512i x = _mm512_loadu_si512(xq.q.data() + (m0 + m) * k + sb * 256 + p * 64);
+          if constexpr (Fmt::kSigned) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
           sums[r][m] = _mm512_dpwssd_epi32(sums[r][m], _mm512_maddubs_epi16(w, x), scale);
         }
       }
@@ -91,7 +97,7 @@ inline void int8_rows(const uint8_t* raw, const QuantizedRows& xq, const PairInd
       const __m256i x16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + at * 16));
       for (int r = 0; r < R; ++r) {
         __m512i s = sums[r][m];
-        if constexpr (!Fmt::kMins) {  // Q6_K: minus 32 * sum(sc_j * sum of x over j's 16 values), exactly
+        if constexpr (Fmt::kCentre != 0) {  // Q6_K: minus 32 * sum(sc_j * sum of x over j's 16 values), exactly
           const __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(blocks[r].scales), x16);
           s = _mm512_sub_epi32(s, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
         }

@@ -49,6 +49,8 @@ struct Q4KLevels {
   static constexpr int64_t kBytes = Q4KFormat::kBytes;
   static constexpr int kWeightsPerScale = 32;
   static constexpr bool kMins = true;
+  static constexpr int kCentre = 0;
+  static constexpr bool kSigned = false;
   static SuperBlock decode(const uint8_t* block) {
     return {_mm512_castsi256_si512(_mm256_cvtepu8_epi16(k4_scale_bytes(block))), half_at(block),
             half_at(block + 2)};
@@ -65,6 +67,8 @@ struct Q5KLevels {
   static constexpr int64_t kBytes = Q5KFormat::kBytes;
   static constexpr int kWeightsPerScale = 32;
   static constexpr bool kMins = true;
+  static constexpr int kCentre = 0;
+  static constexpr bool kSigned = false;
   static SuperBlock decode(const uint8_t* block) { return Q4KLevels::decode(block); }
   // As Q4_K, bit 2p (2p + 1) of qh[l] the fifth bit of sub-block 2p's (2p + 1's) weight l.
   static __m512i levels(const uint8_t* block, int p) {
@@ -83,11 +87,13 @@ struct Q5KLevels {
   }
 };
 
-// Q6_K's levels are taken unsigned (0..63); the -32 comes back as -32 * sum(sc * sum of x per 16).
+// Q6_K's levels are taken unsigned (0..63): the kernels take the centre (32) back.
 struct Q6KLevels {
   static constexpr int64_t kBytes = Q6KFormat::kBytes;
   static constexpr int kWeightsPerScale = 16;
   static constexpr bool kMins = false;
+  static constexpr int kCentre = 32;
+  static constexpr bool kSigned = false;
   static SuperBlock decode(const uint8_t* block) {
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
     return {_mm512_castsi256_si512(_mm256_cvtepi8_epi16(scales)), half_at(block + 208), 0.0f};
@@ -106,6 +112,27 @@ struct Q6KLevels {
     const __m256i ha = _mm256_and_si256(_mm256_slli_epi16(h, 4), two_bits);
     const __m256i hb = _mm256_and_si256(_mm256_slli_epi16(h, 2), two_bits);
     return join(_mm256_or_si256(la, ha), _mm256_or_si256(lb, hb));
+  }
+};
+
+// IQ4_XS's levels are the table's signed values (-127..113), its scales ls - 32 (signed).
+struct IQ4XSLevels {
+  static constexpr int64_t kBytes = IQ4XSFormat::kBytes;
+  static constexpr int kWeightsPerScale = 32;
+  static constexpr bool kMins = false;
+  static constexpr int kCentre = 0;
+  static constexpr bool kSigned = true;
+  static SuperBlock decode(const uint8_t* block) {
+    alignas(32) int16_t scales[16] = {};
+    for (int j = 0; j < 8; ++j) scales[j] = static_cast<int16_t>(iq4xs_scale(block, j));
+    return {_mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales))), half_at(block),
+            0.0f};
+  }
+  static __m512i levels(const uint8_t* block, int p) {
+    __m256i a, b;
+    iq4xs_indices(block + 8 + p * 32, &a, &b);
+    const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+    return _mm512_shuffle_epi8(table, join(a, b));
   }
 };
 

@@ -1,4 +1,4 @@
-// The kquant_linear and kquant_dequantize ops: a GGUF's Q4_K, Q5_K and Q6_K rows as the file stores them
+// The kquant_linear and kquant_dequantize ops: a GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS rows as the file stores them
 // (formats in kquant_formats.h and kquant_levels.h; the bf16 kernels in q4_kernels.h and block_gemm.h, the
 // integer ones for decoding rows in kquant_int8.h and kquant_int16.h; see q4_decode.py).
 #include <torch/library.h>
@@ -12,7 +12,7 @@ namespace mooncake_q4 {
 namespace {
 
 // ggml's type ids, as gguf-py's GGMLQuantizationType numbers them.
-constexpr int64_t kQ4K = 12, kQ5K = 13, kQ6K = 14;
+constexpr int64_t kQ4K = 12, kQ5K = 13, kQ6K = 14, kIQ4XS = 23;
 
 template <class F>
 auto with_format(int64_t kind, F&& f) {
@@ -20,6 +20,7 @@ auto with_format(int64_t kind, F&& f) {
     case kQ4K: return f(Q4KFormat{});
     case kQ5K: return f(Q5KFormat{});
     case kQ6K: return f(Q6KFormat{});
+    case kIQ4XS: return f(IQ4XSFormat{});
   }
   TORCH_CHECK(false, "not a K-quant type id: ", kind);
 }
@@ -43,6 +44,7 @@ void integer_rows(int64_t kind, const uint16_t* xs, const uint8_t* q, float* ys,
   switch (kind) {
     case kQ4K: Multiply<Q4KLevels>::run(xs, q, ys, rows, k, n); break;
     case kQ5K: Multiply<Q5KLevels>::run(xs, q, ys, rows, k, n); break;
+    case kIQ4XS: Multiply<IQ4XSLevels>::run(xs, q, ys, rows, k, n); break;
     default: Multiply<Q6KLevels>::run(xs, q, ys, rows, k, n); break;
   }
 }

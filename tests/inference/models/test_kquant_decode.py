@@ -1,5 +1,6 @@
-"""A GGUF's K-quant (Q4_K, Q5_K, Q6_K) and Q8_0 linears read as the file stores them, held to gguf-py's
-dequantization: bit for bit where a weight is read alone, within one bf16 rounding for every product."""
+"""A GGUF's K-quant (Q4_K, Q5_K, Q6_K), IQ4_XS and Q8_0 linears read as the file stores them, held to
+gguf-py's dequantization: bit for bit where a weight is read alone, within one bf16 rounding for every
+product."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from inference.models.tile_linear import cpu_has_amx
 
 pytestmark = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the kernels need AVX512-BF16")
 
-KQUANTS = ["Q4_K", "Q5_K", "Q6_K"]
+KQUANTS = ["Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]
 PATHS = [pytest.param(True, id="tiles"), pytest.param(False, id="registers")]
 AMX = [True, False]
 
@@ -180,7 +181,7 @@ def q4_1(out_features: int, in_features: int, seed: int) -> Q4Blocks:
 
 
 @pytest.mark.parametrize("amx", AMX, ids=["tiles", "registers"])
-@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K", "Q4_1"])
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K", "IQ4_XS", "Q4_1"])
 def test_the_batch_path_takes_any_row_count_and_a_rows_bits_never_depend_on_it(
     amx: bool, type_name: str
 ) -> None:

@@ -17,7 +17,7 @@ from inference.models.q4_decode import Q4Kernel, decode_weight, load_kernel
 
 pytestmark = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the kernels need AVX512-BF16")
 
-KQUANTS = ["Q4_K", "Q5_K", "Q6_K"]
+KQUANTS = ["Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]
 LEVELS = {"int16": 8191, "int8": 127}
 
 
