@@ -17,7 +17,8 @@ from inference.config import EngineConfig
 from inference.manager.memory_plan import Footprint
 from inference.models.kv_cache import KVBudget, max_model_len_error
 
-BLOCK_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")  # gguf_blocks.py's (kept torch-free here)
+# gguf_blocks.py's (kept torch-free here)
+BLOCK_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Mirrors inference.models.kv_cache's CPU default (kept torch-free here).
