@@ -157,3 +157,16 @@ def test_the_install_step_builds_into_the_cache(
     kernel_build.kernels_dir(cache_with_library).chmod(0o777)
     assert kernel_build.main(["--cache-dir", str(cache_with_library)]) == 0  # never fails an install
     assert "not built" in capsys.readouterr().out
+
+
+def test_a_cpu_without_vnni_is_not_offered_the_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The integer decode paths need AVX512-VNNI: read from the CPU's flags, assumed where unreadable."""
+    with_vnni, without = tmp_path / "with", tmp_path / "without"
+    with_vnni.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512bw avx512_bf16 avx512_vnni\n")
+    without.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512bw avx512_bf16\n")
+    assert kernel_build.has_vnni(with_vnni) and not kernel_build.has_vnni(without)
+    assert kernel_build.has_vnni(tmp_path / "missing")
+    monkeypatch.setattr(kernel_build, "has_vnni", lambda: False)
+    assert not kernel_build.cpu_supported()
