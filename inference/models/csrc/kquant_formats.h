@@ -22,26 +22,30 @@ inline float half_at(const uint8_t* p) {
   return _cvtsh_ss(bits);
 }
 
+// The 6-bit (sc, m) pairs of a Q4_K/Q5_K super-block as 16 unsigned bytes, sc 0..7 then m 0..7: ggml's
+// get_scale_min_k4 for all eight at once (scalar code made this half the call). For j < 4, sc = s[j] & 63 and
+// m = s[j + 4] & 63; for j >= 4, the low 4 bits come from s[j + 4] and the top 2 from the top of s[j - 4]
+// (sc) or s[j] (m). The 16-byte load reads 4 bytes of levels past the 12.
+inline __m128i k4_scale_bytes(const uint8_t* block) {
+  const __m128i six = _mm_set1_epi8(0x3F), low4 = _mm_set1_epi8(0x0F), top2 = _mm_set1_epi8(0x30);
+  const __m128i w0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4));
+  const __m128i w1 = _mm_srli_si128(w0, 4), w2 = _mm_srli_si128(w0, 8);
+  const __m128i sc_lo = _mm_and_si128(w0, six), m_lo = _mm_and_si128(w1, six);
+  const __m128i sc_hi = _mm_or_si128(_mm_and_si128(w2, low4), _mm_and_si128(_mm_srli_epi32(w0, 2), top2));
+  const __m128i m_hi =
+      _mm_or_si128(_mm_and_si128(_mm_srli_epi32(w2, 4), low4), _mm_and_si128(_mm_srli_epi32(w1, 2), top2));
+  return _mm_unpacklo_epi64(_mm_unpacklo_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(m_lo, m_hi));
+}
+
 // (d * sc, -(dmin * m)) per 32 weights of a Q4_K/Q5_K row: super-blocks start with d, dmin, scales[12].
-// The 12 bytes hold eight 6-bit (sc, m) pairs as ggml's get_scale_min_k4 reads them: for j < 4, sc = s[j] &
-// 63 and m = s[j + 4] & 63; for j >= 4, the low 4 bits come from s[j + 4] and the top 2 from the top of
-// s[j - 4] (sc) or s[j] (m). Decoded here for all eight at once: scalar code made this half the call.
 template <int64_t kBytes>
 inline void row_scales_k4(const uint8_t* row, float* dst, int64_t k) {
-  const __m128i six = _mm_set1_epi8(0x3F), low4 = _mm_set1_epi8(0x0F), top2 = _mm_set1_epi8(0x30);
   const __m512i interleave = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
   for (int64_t sb = 0; sb < k / 256; ++sb) {
     const uint8_t* block = row + sb * kBytes;
-    // 32-bit lane 0 of w0, w1, w2: s[0..3], s[4..7], s[8..11] (the load reads 4 bytes of levels past them).
-    const __m128i w0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4));
-    const __m128i w1 = _mm_srli_si128(w0, 4), w2 = _mm_srli_si128(w0, 8);
-    const __m128i sc_lo = _mm_and_si128(w0, six), m_lo = _mm_and_si128(w1, six);
-    const __m128i sc_hi = _mm_or_si128(_mm_and_si128(w2, low4), _mm_and_si128(_mm_srli_epi32(w0, 2), top2));
-    const __m128i m_hi =
-        _mm_or_si128(_mm_and_si128(_mm_srli_epi32(w2, 4), low4), _mm_and_si128(_mm_srli_epi32(w1, 2), top2));
-    const __m128i packed = _mm_unpacklo_epi64(_mm_unpacklo_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(m_lo, m_hi));
-    const __m512 values = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed));  // sc 0..7, then m 0..7
-    const __m512 factors = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half_at(block)), _mm512_set1_ps(-half_at(block + 2)));
+    const __m512 values = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scale_bytes(block)));  // sc 0..7, m 0..7
+    const __m512 factors =
+        _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half_at(block)), _mm512_set1_ps(-half_at(block + 2)));
     // Both products are exact in fp32 (11 x 6 significant bits), so -(dmin * m) = (-dmin) * m.
     _mm512_storeu_ps(dst + sb * 16, _mm512_permutexvar_ps(interleave, _mm512_mul_ps(values, factors)));
   }

@@ -116,37 +116,14 @@ inline void int8_rows(const uint8_t* raw, const QuantizedRows& xq, const PairInd
     for (int m = 0; m < M; ++m) y[(m0 + m) * n_total + n + r] = _mm512_reduce_add_ps(acc[r][m]);
 }
 
-template <class Fmt, int M, int R>
-void int8_group(const uint8_t* raw, const QuantizedRows& xq, float* y, int64_t m0, int64_t k, int64_t n) {
-  const PairIndex<Fmt> index;
-  at::parallel_for(0, (n + R - 1) / R, 64 / R, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t row = g * R;
-      if (row + R <= n) {
-        int8_rows<Fmt, M, R>(raw, xq, index, y, m0, row, k, n);
-      } else {
-        for (int64_t r = row; r < n; ++r) int8_rows<Fmt, M, 1>(raw, xq, index, y, m0, r, k, n);
-      }
-    }
-  });
-}
-
-// y [rows, n] fp32 = quantized x @ W^T, activation rows in groups of 8, 4 and the rest.
+// y [rows, n] fp32 = quantized x @ W^T (integer_groups' grouping).
 template <class Fmt>
 void int8_multiply(const uint16_t* xs, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n) {
   const QuantizedRows xq = quantize_rows(xs, rows, k);
-  for (int64_t done = 0; done < rows;) {
-    const int64_t left = rows - done;
-    const int64_t group = left >= 8 ? 8 : (left > 4 ? 4 : left);
-    switch (group) {
-      case 1: int8_group<Fmt, 1, 4>(raw, xq, y, done, k, n); break;
-      case 2: int8_group<Fmt, 2, 4>(raw, xq, y, done, k, n); break;
-      case 3: int8_group<Fmt, 3, 2>(raw, xq, y, done, k, n); break;
-      case 4: int8_group<Fmt, 4, 2>(raw, xq, y, done, k, n); break;
-      default: int8_group<Fmt, 8, 1>(raw, xq, y, done, k, n); break;
-    }
-    done += group;
-  }
+  const PairIndex<Fmt> index;
+  integer_groups(rows, n, [&](auto m, auto r, int64_t m0, int64_t row) {
+    int8_rows<Fmt, decltype(m)::value, decltype(r)::value>(raw, xq, index, y, m0, row, k, n);
+  });
 }
 
 }  // namespace mooncake_q4

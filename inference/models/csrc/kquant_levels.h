@@ -6,7 +6,10 @@
 
 #include <immintrin.h>
 
+#include <ATen/Parallel.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "kquant_formats.h"
 
@@ -27,19 +30,6 @@ struct SuperBlock {
   __m512i scales;  // Q4_K/Q5_K: sc 0..7 then m 0..7; Q6_K: the 16 scales
   float d, dmin;
 };
-
-// The 6-bit (sc, m) pairs of a Q4_K/Q5_K super-block as 16 unsigned bytes, sc 0..7 then m 0..7
-// (row_scales_k4's decoding, kept in integers).
-inline __m128i k4_scale_bytes(const uint8_t* block) {
-  const __m128i six = _mm_set1_epi8(0x3F), low4 = _mm_set1_epi8(0x0F), top2 = _mm_set1_epi8(0x30);
-  const __m128i w0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4));
-  const __m128i w1 = _mm_srli_si128(w0, 4), w2 = _mm_srli_si128(w0, 8);
-  const __m128i sc_lo = _mm_and_si128(w0, six), m_lo = _mm_and_si128(w1, six);
-  const __m128i sc_hi = _mm_or_si128(_mm_and_si128(w2, low4), _mm_and_si128(_mm_srli_epi32(w0, 2), top2));
-  const __m128i m_hi =
-      _mm_or_si128(_mm_and_si128(_mm_srli_epi32(w2, 4), low4), _mm_and_si128(_mm_srli_epi32(w1, 2), top2));
-  return _mm_unpacklo_epi64(_mm_unpacklo_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(m_lo, m_hi));
-}
 
 inline __m512i join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -148,5 +138,40 @@ struct PairIndex {
     }
   }
 };
+
+// The grouping both integer kernels share: activation rows in groups of 8, 4 and the rest, and for each
+// group the weight rows R at a time (4 for one or two activation rows, 2 for three or four, 1 for eight;
+// the last few alone) across the threads. call(M, R, m0, row) runs one block of the kernel, M and R as
+// std::integral_constant. A (weight row, activation row) pair's instructions do not depend on either.
+template <int M, int R, class Call>
+void over_weight_rows(int64_t m0, int64_t n, Call& call) {
+  at::parallel_for(0, (n + R - 1) / R, 64 / R, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t row = g * R;
+      if (row + R <= n) {
+        call(std::integral_constant<int, M>{}, std::integral_constant<int, R>{}, m0, row);
+      } else {
+        for (int64_t r = row; r < n; ++r)
+          call(std::integral_constant<int, M>{}, std::integral_constant<int, 1>{}, m0, r);
+      }
+    }
+  });
+}
+
+template <class Call>
+void integer_groups(int64_t rows, int64_t n, Call&& call) {
+  for (int64_t done = 0; done < rows;) {
+    const int64_t left = rows - done;
+    const int64_t group = left >= 8 ? 8 : (left > 4 ? 4 : left);
+    switch (group) {
+      case 1: over_weight_rows<1, 4>(done, n, call); break;
+      case 2: over_weight_rows<2, 4>(done, n, call); break;
+      case 3: over_weight_rows<3, 2>(done, n, call); break;
+      case 4: over_weight_rows<4, 2>(done, n, call); break;
+      default: over_weight_rows<8, 1>(done, n, call); break;
+    }
+    done += group;
+  }
+}
 
 }  // namespace mooncake_q4
