@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-SUPER_BLOCK = 256  # values that share one activation scale, as a K-quant super-block's weights do
+from inference.models.gguf_blocks import SUPER_BLOCK  # one activation scale per super-block of weights
+
 _LEVELS = {"int8": 127.0, "int16": 8191.0}  # the largest level of each integer path
 
 

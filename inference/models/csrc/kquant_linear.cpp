@@ -39,39 +39,31 @@ int64_t checked_rows(const at::Tensor& raw, int64_t kind, int64_t k) {
 // How decoding rows' activations meet the K-quant levels (q4_decode.py's ACTIVATIONS, in that order).
 enum Activations : int64_t { kBf16 = 0, kInt8 = 1, kInt16 = 2 };
 
-template <template <class> class Multiply>
-void integer_rows(int64_t kind, const uint16_t* xs, const uint8_t* q, float* ys, int64_t rows, int64_t k, int64_t n) {
+// The integer kernels' view of a K-quant type (kquant_levels.h).
+template <class F>
+void with_levels(int64_t kind, F&& f) {
   switch (kind) {
-    case kQ4K: Multiply<Q4KLevels>::run(xs, q, ys, rows, k, n); break;
-    case kQ5K: Multiply<Q5KLevels>::run(xs, q, ys, rows, k, n); break;
-    case kIQ4XS: Multiply<IQ4XSLevels>::run(xs, q, ys, rows, k, n); break;
-    default: Multiply<Q6KLevels>::run(xs, q, ys, rows, k, n); break;
+    case kQ4K: f(Q4KLevels{}); break;
+    case kQ5K: f(Q5KLevels{}); break;
+    case kQ6K: f(Q6KLevels{}); break;
+    case kIQ4XS: f(IQ4XSLevels{}); break;
+    default: TORCH_CHECK(false, "not a K-quant type id: ", kind);
   }
 }
-
-template <class Fmt>
-struct Int8Rows {
-  static void run(const uint16_t* xs, const uint8_t* q, float* ys, int64_t rows, int64_t k, int64_t n) {
-    int8_multiply<Fmt>(xs, q, ys, rows, k, n);
-  }
-};
-
-template <class Fmt>
-struct Int16Rows {
-  static void run(const uint16_t* xs, const uint8_t* q, float* ys, int64_t rows, int64_t k, int64_t n) {
-    int16_multiply<Fmt>(xs, q, ys, rows, k, n);
-  }
-};
 
 // Decoding rows with their activations quantized per super-block (kquant_int8.h, kquant_int16.h).
 at::Tensor integer_linear(const uint16_t* xs, const uint8_t* q, int64_t kind, int64_t activations,
                           const c10::optional<at::Tensor>& bias, int64_t rows, int64_t k, int64_t n) {
   auto y = at::empty({rows, n}, at::TensorOptions().dtype(at::kFloat));
-  if (activations == kInt8) {
-    integer_rows<Int8Rows>(kind, xs, q, y.data_ptr<float>(), rows, k, n);
-  } else {
-    integer_rows<Int16Rows>(kind, xs, q, y.data_ptr<float>(), rows, k, n);
-  }
+  float* ys = y.data_ptr<float>();
+  with_levels(kind, [&](auto levels) {
+    using Levels = decltype(levels);
+    if (activations == kInt8) {
+      int8_multiply<Levels>(xs, q, ys, rows, k, n);
+    } else {
+      int16_multiply<Levels>(xs, q, ys, rows, k, n);
+    }
+  });
   if (bias.has_value() && bias->defined()) y.add_(bias->to(at::kFloat));
   return y.to(at::kBFloat16);
 }
