@@ -46,6 +46,8 @@ HEADERS = [
     CSRC / "kquant_levels.h",
     CSRC / "kquant_int8.h",
     CSRC / "kquant_int16.h",
+    CSRC / "kquant_tiles.h",
+    CSRC / "kquant_tile_activations.h",
     CSRC / "bf16_lanes.h",
     CSRC / "amx_tiles.h",
 ]
@@ -58,8 +60,10 @@ _FLAGS = [
     "-mavx512vl",
     "-mavx512bf16",
     "-mavx512vnni",
+    "-mavx512dq",
     "-mamx-tile",
     "-mamx-bf16",
+    "-mamx-int8",
 ]
 
 

@@ -12,8 +12,8 @@ Batches of up to 16 rows take it (AMX tiles where the CPU has them and the confi
 AVX512-BF16 registers, one path for every row count so a row's bits never depend on its batch); larger
 ones, prefill among them, stay on the dense bf16 weights (linear_method.py). The K-quants' decoding rows by
 default quantize their activations per 256 values instead (to 14 bits, or to 8 as llama.cpp does) and sum in
-integers (csrc/kquant_int16.h, kquant_int8.h): the product of the same weights with
-`quantized_activations(x, bits)`.
+integers (csrc/kquant_int16.h, kquant_int8.h; from 5 rows on AMX-INT8 tiles where the CPU has them,
+kquant_tiles.h, to the same bits): the product of the same weights with `quantized_activations(x, bits)`.
 
 The kernel is built at install time or on first use (kernel_build.py) into the cache directory the caller
 passes. Without AVX512-BF16 or a compiler, or with EngineConfig.q4_decode off, every batch stays on the
@@ -174,13 +174,15 @@ def dequantized_bf16(blocks: BlockMatrix) -> torch.Tensor:
 class Q4Kernel:
     """The loaded kernel, with AMX tiles allowed or not for every call made through this handle."""
 
-    amx: bool
+    amx: bool  # bf16 decoding rows on tiles at every row count (q4_amx); the integer paths take tiles anyway
     max_rows: int  # 16 on either path
     activations: str = "bf16"  # K-quant decoding rows: one of KQUANT_ACTIVATIONS
 
     def linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """x [..., in] bf16 with at most max_rows rows (decoding) -> [..., out] bf16."""
-        return _linear(x, weight, bias, amx=self.amx, batch=False, activations=self.activations)
+        # The integer paths' tiles (from 8 rows, where the CPU has AMX-INT8) give the registers' bits.
+        amx = self.amx or self.activations != "bf16"
+        return _linear(x, weight, bias, amx=amx, batch=False, activations=self.activations)
 
     def batch_linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """Any number of rows (prompt chunks, large batches) -> [..., out] bf16: AMX tiles wherever the CPU
@@ -280,13 +282,18 @@ def _agrees(kernel: Q4Kernel, blocks: BlockMatrix) -> bool:
 
 
 def _agrees_integer(kernel: Q4Kernel, weight: KQuantWeight, blocks: BlockMatrix) -> bool:
-    """Each row within one bf16 rounding of the quantized activations' product, and alike alone or not."""
+    """Each row within one bf16 rounding of the quantized activations' product, and alike alone or not
+    and on either path."""
     dense = torch.from_numpy(blocks.dequantize()).double()
     x = torch.randn(kernel.max_rows, blocks.shape[1], generator=torch.Generator().manual_seed(0)).bfloat16()
     out = kernel.linear(x, weight, None)
     exact = quantized_activations(x, kernel.activations).double() @ dense.T
     close = bool(torch.all((out.double() - exact).abs() <= exact.abs() * 2**-8 + 1e-5))
-    if not (close and torch.equal(kernel.linear(x[-1:], weight, None), out[-1:])):
+    alike = torch.equal(kernel.linear(x[-1:], weight, None), out[-1:])
+    if torch.ops.mooncake_q4.integer_tiles_available():  # the tiles must give the registers' bits
+        op, width = torch.ops.mooncake_q4.kquant_integer_linear, KQUANT_ACTIVATIONS_OP[kernel.activations]
+        alike = alike and torch.equal(*(op(x, weight.raw, weight.type_id, width, t) for t in (True, False)))
+    if not (close and alike):
         logger.warning("GGUF %s decode kernel disagrees with the dense weights", kernel.activations)
         return False
     return True

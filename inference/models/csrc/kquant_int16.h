@@ -1,9 +1,9 @@
 // Decoding rows against K-quant super-blocks in integers with 14-bit activations: each activation row is
 // quantized per 256 values to int16 in -8191..8191 with one fp32 scale (d = amax / 8191), each weight
 // level is widened to int16 and multiplied by its sub-block's integer scale (Q6_K's levels centred first),
-// and vpdpwssd sums weights x activations exactly in int32 lanes. Floating point enters once per
-// super-block, as in kquant_int8.h: y += (dx * d) * sum, and for Q4_K/Q5_K y -= (dx * dmin) * sum(m * sum of
-// x's sub-block). 8191 keeps every lane inside int32: |(q - 32) * sc| <= 4096 for Q6_K, 16 products a lane.
+// and vpdpwssd sums weights x activations exactly in int32 lanes, joined into one exact int64 total per
+// super-block. Floating point enters once per super-block, as in kquant_int8.h (add_super_block). 8191 keeps
+// every lane inside int32: |(q - 32) * sc| <= 4096 for Q6_K, 16 products a lane.
 //
 // Against int8 activations (kquant_int8.h, llama.cpp's numerics) each value keeps 64 times finer steps: on
 // the bundled model requantized to Q4_K_M, 7 of 8 greedy replies equal the bf16 reference's for 16 tokens
@@ -76,9 +76,7 @@ inline void int16_rows(const uint8_t* raw, const Quantized16& xq, const WideInde
   const int64_t sbs = k / 256;
   const uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = raw + (n + r) * sbs * Fmt::kBytes;
-  __m512 acc[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+  float acc[R][M] = {};
   for (int64_t sb = 0; sb < sbs; ++sb) {
     SuperBlock blocks[R];
     for (int r = 0; r < R; ++r) {
@@ -114,20 +112,15 @@ inline void int16_rows(const uint8_t* raw, const Quantized16& xq, const WideInde
     }
     for (int m = 0; m < M; ++m) {
       const int64_t at = (m0 + m) * sbs + sb;
-      const float dx = xq.d[at];
       for (int r = 0; r < R; ++r) {
-        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][m]), _mm512_set1_ps(dx * blocks[r].d), acc[r][m]);
-        if constexpr (Fmt::kMins) {
-          const __m256i x32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + at * 8));
-          const __m256i m32 = _mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(blocks[r].scales, 1));
-          acc[r][m] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(_mm256_mullo_epi32(m32, x32))),
-                                       _mm512_set1_ps(dx * blocks[r].dmin), acc[r][m]);
-        }
+        // Each lane holds 16 products of at most 4096 * 8191: below 2^30, as exact_sum needs.
+        const int32_t mins = Fmt::kMins ? mins_sum(blocks[r], xq.sums.data() + at * 8) : 0;
+        acc[r][m] = add_super_block<Fmt>(acc[r][m], exact_sum(sums[r][m]), mins, xq.d[at], blocks[r]);
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) y[(m0 + m) * n_total + n + r] = _mm512_reduce_add_ps(acc[r][m]);
+    for (int m = 0; m < M; ++m) y[(m0 + m) * n_total + n + r] = acc[r][m];
 }
 
 // y [rows, n] fp32 = quantized x @ W^T (integer_groups' grouping).

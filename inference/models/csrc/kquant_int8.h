@@ -1,16 +1,18 @@
 // Decoding rows against K-quant super-blocks in integers, the way llama.cpp's vec-dot kernels read them:
 // each activation row is quantized per 256 values to int8 with one fp32 scale (d = amax / 127, as Q8_K),
 // the weights' levels stay unsigned bytes, and AVX512-BW/VNNI multiply-adds (vpmaddubsw, then vpdpwssd with
-// the sub-block's integer scale) sum levels x activations exactly in int32 lanes. Floating point enters once
-// per super-block: y += (dx * d) * sum, and for Q4_K/Q5_K y -= (dx * dmin) * sum(m * sum of x's sub-block).
+// the sub-block's integer scale) sum levels x activations exactly in int32 lanes, joined into one exact
+// total per super-block. Floating point enters once per super-block (add_super_block, kquant_levels.h):
+// y += (dx * d) * total, and for Q4_K/Q5_K y -= (dx * dmin) * sum(m * sum of x's sub-block).
 // A pair of 32-weight blocks then costs a load, two masks and a shuffle on the weight side and two
 // multiply-adds per activation row, against the bf16 path's table build and two permutes (kquant_formats.h):
 // one stream's decode goes from compute-bound to nearly memory-bound.
 //
 // The result is the product of the dequantized weights with the quantized activations (exact integer sums,
 // fp32 per super-block, one bf16 rounding), not the bf16 activations' product: the activations lose up to
-// half a step of amax / 127 each, as in llama.cpp. Every (weight row, activation row) runs the same
-// instructions in the same order whatever the call holds, so a row's bits never depend on its batch.
+// half a step of amax / 127 each, as in llama.cpp. The totals are exact integers and the fp32 steps after
+// them are fixed, so a row's bits never depend on its batch, nor on whether the tiles (kquant_tiles.h) or
+// these registers computed it.
 // AVX512-VNNI comes with every CPU that has AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 on).
 #pragma once
 
@@ -63,9 +65,7 @@ inline void int8_rows(const uint8_t* raw, const QuantizedRows& xq, const PairInd
   const int64_t sbs = k / 256;
   const uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = raw + (n + r) * sbs * Fmt::kBytes;
-  __m512 acc[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+  float acc[R][M] = {};
   for (int64_t sb = 0; sb < sbs; ++sb) {
     SuperBlock blocks[R];
     for (int r = 0; r < R; ++r) {
@@ -93,27 +93,22 @@ inline void int8_rows(const uint8_t* raw, const QuantizedRows& xq, const PairInd
     }
     for (int m = 0; m < M; ++m) {
       const int64_t at = (m0 + m) * sbs + sb;
-      const float dx = xq.d[at];
       const __m256i x16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sums.data() + at * 16));
+      alignas(32) int32_t x32[8] = {};  // x's sums per 32, for the minimums
+      if constexpr (Fmt::kMins) _mm256_store_si256(reinterpret_cast<__m256i*>(x32), _mm256_madd_epi16(x16, _mm256_set1_epi16(1)));
       for (int r = 0; r < R; ++r) {
-        __m512i s = sums[r][m];
+        int64_t total = exact_sum(sums[r][m]);
         if constexpr (Fmt::kCentre != 0) {  // Q6_K: minus 32 * sum(sc_j * sum of x over j's 16 values), exactly
           const __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(blocks[r].scales), x16);
-          s = _mm512_sub_epi32(s, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+          total -= int64_t{Fmt::kCentre} * _mm512_reduce_add_epi32(_mm512_zextsi256_si512(corr));
         }
-        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dx * blocks[r].d), acc[r][m]);
-        if constexpr (Fmt::kMins) {  // minus dmin * sum(m_j * sum of x over j's 32 values)
-          const __m256i x32 = _mm256_madd_epi16(x16, _mm256_set1_epi16(1));  // 8 sums of 32 as int32
-          const __m256i m32 = _mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(blocks[r].scales, 1));
-          const __m256i mins = _mm256_mullo_epi32(m32, x32);
-          acc[r][m] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(mins)),
-                                       _mm512_set1_ps(dx * blocks[r].dmin), acc[r][m]);
-        }
+        const int32_t mins = Fmt::kMins ? mins_sum(blocks[r], x32) : 0;
+        acc[r][m] = add_super_block<Fmt>(acc[r][m], total, mins, xq.d[at], blocks[r]);
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) y[(m0 + m) * n_total + n + r] = _mm512_reduce_add_ps(acc[r][m]);
+    for (int m = 0; m < M; ++m) y[(m0 + m) * n_total + n + r] = acc[r][m];
 }
 
 // y [rows, n] fp32 = quantized x @ W^T (integer_groups' grouping).

@@ -8,6 +8,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -125,6 +126,30 @@ struct IQ4XSLevels {
     return _mm512_shuffle_epi8(table, join(a, b));
   }
 };
+
+// What every integer path (registers, tiles; int8 or int16 activations) adds to one output per super-block,
+// in one order, so that a row's bits never depend on which path or batch computed it: T, the exact integer
+// sum of sc * level * x over the super-block (Q6_K's levels centred), converted once, then for Q4_K/Q5_K the
+// exact sum of m * (x's sum per sub-block). Explicit FMAs, as the tile path's vector form (kquant_tiles.h).
+template <class Fmt>
+inline float add_super_block(float y, int64_t total, int32_t mins, float dx, const SuperBlock& block) {
+  y = std::fma(static_cast<float>(total), dx * block.d, y);
+  if constexpr (Fmt::kMins) y = std::fma(-static_cast<float>(mins), dx * block.dmin, y);
+  return y;
+}
+
+// The exact sum of 16 int32 lanes, each below 2^30 in magnitude (two of them still fit int32).
+inline int64_t exact_sum(__m512i lanes) {
+  const __m256i folded = _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
+  return _mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(folded));
+}
+
+// Q4_K/Q5_K: sum over the 8 sub-blocks of m_j * (x's sum over sub-block j), exactly (below 8 * 63 * 2^18).
+inline int32_t mins_sum(const SuperBlock& block, const int32_t* x32) {
+  const __m256i m32 = _mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(block.scales, 1));
+  const __m256i products = _mm256_mullo_epi32(m32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x32)));
+  return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(products));
+}
 
 template <class Fmt>
 struct PairIndex {

@@ -1,4 +1,4 @@
-// The kquant_linear and kquant_dequantize ops: a GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS rows as the file stores them
+// The kquant_linear, kquant_integer_linear and kquant_dequantize ops: a GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS rows as the file stores them
 // (formats in kquant_formats.h and kquant_levels.h; the bf16 kernels in q4_kernels.h and block_gemm.h, the
 // integer ones for decoding rows in kquant_int8.h and kquant_int16.h; see q4_decode.py).
 #include <torch/library.h>
@@ -7,6 +7,7 @@
 #include "block_gemm.h"
 #include "kquant_int8.h"
 #include "kquant_int16.h"
+#include "kquant_tiles.h"
 
 namespace mooncake_q4 {
 namespace {
@@ -51,14 +52,23 @@ void with_levels(int64_t kind, F&& f) {
   }
 }
 
-// Decoding rows with their activations quantized per super-block (kquant_int8.h, kquant_int16.h).
-at::Tensor integer_linear(const uint16_t* xs, const uint8_t* q, int64_t kind, int64_t activations,
+// Which integer kernel takes a call: tiles from kIntegerTileRows rows where the CPU has AMX-INT8 (kAuto),
+// or one of them at any row count (the tests hold them to the same bits).
+enum class IntegerPath { kAuto, kRegisters, kTiles };
+
+// Decoding rows with their activations quantized per super-block (kquant_int8.h, kquant_int16.h,
+// kquant_tiles.h).
+at::Tensor integer_linear(const uint16_t* xs, const uint8_t* q, int64_t kind, int64_t activations, IntegerPath path,
                           const c10::optional<at::Tensor>& bias, int64_t rows, int64_t k, int64_t n) {
   auto y = at::empty({rows, n}, at::TensorOptions().dtype(at::kFloat));
   float* ys = y.data_ptr<float>();
+  const bool tiles = path == IntegerPath::kTiles ||
+                     (path == IntegerPath::kAuto && rows >= kIntegerTileRows && amx_int8_available());
   with_levels(kind, [&](auto levels) {
     using Levels = decltype(levels);
-    if (activations == kInt8) {
+    if (tiles) {
+      tile_multiply<Levels>(xs, q, ys, rows, k, n, activations == kInt16);
+    } else if (activations == kInt8) {
       int8_multiply<Levels>(xs, q, ys, rows, k, n);
     } else {
       int16_multiply<Levels>(xs, q, ys, rows, k, n);
@@ -66,6 +76,20 @@ at::Tensor integer_linear(const uint16_t* xs, const uint8_t* q, int64_t kind, in
   });
   if (bias.has_value() && bias->defined()) y.add_(bias->to(at::kFloat));
   return y.to(at::kBFloat16);
+}
+
+// One integer path forced, for the tests: 1-16 rows, int8 (1) or int16 (2) activations, no bias.
+at::Tensor kquant_integer_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kind, int64_t activations,
+                                 bool tiles) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "x must be 2-D bf16");
+  TORCH_CHECK(activations == kInt8 || activations == kInt16, "activations must be 1 (int8) or 2 (int16)");
+  TORCH_CHECK(!tiles || amx_int8_available(), "the tile path needs AMX-INT8");
+  const int64_t rows = x.size(0), k = x.size(1);
+  const int64_t n = checked_rows(raw, kind, k);
+  TORCH_CHECK(rows >= 1 && rows <= 16, "1 to 16 rows, got ", rows);
+  auto xc = x.contiguous();
+  return integer_linear(reinterpret_cast<const uint16_t*>(xc.data_ptr()), raw.data_ptr<uint8_t>(), kind, activations,
+                        tiles ? IntegerPath::kTiles : IntegerPath::kRegisters, c10::nullopt, rows, k, n);
 }
 
 at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kind,
@@ -78,7 +102,8 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kin
   const auto* xs = reinterpret_cast<const uint16_t*>(xc.data_ptr());
   const auto* q = raw.data_ptr<uint8_t>();
   TORCH_CHECK(activations >= kBf16 && activations <= kInt16, "activations must be 0 (bf16), 1 (int8) or 2 (int16)");
-  if (activations != kBf16 && !batch) return integer_linear(xs, q, kind, activations, bias, rows, k, n);
+  if (activations != kBf16 && !batch) return integer_linear(xs, q, kind, activations, amx ? IntegerPath::kAuto : IntegerPath::kRegisters, bias, rows,
+                                                          k, n);
   return with_format(kind, [&](auto format) {
     return linear_rows<decltype(format)>(xc, xs, q, nullptr, bias, n, amx, batch);
   });
@@ -116,9 +141,12 @@ at::Tensor kquant_dequantize(const at::Tensor& raw, int64_t kind, int64_t k) {
 TORCH_LIBRARY_FRAGMENT(mooncake_q4, m) {
   m.def("kquant_linear(Tensor x, Tensor raw, int kind, Tensor? bias, bool amx, bool batch=False, int activations=0) -> Tensor");
   m.def("kquant_dequantize(Tensor raw, int kind, int k) -> Tensor");
+  m.def("kquant_integer_linear(Tensor x, Tensor raw, int kind, int activations, bool tiles) -> Tensor");
+  m.def("integer_tiles_available() -> bool", &mooncake_q4::amx_int8_available);
 }
 
 TORCH_LIBRARY_IMPL(mooncake_q4, CPU, m) {
   m.impl("kquant_linear", &mooncake_q4::kquant_linear);
   m.impl("kquant_dequantize", &mooncake_q4::kquant_dequantize);
+  m.impl("kquant_integer_linear", &mooncake_q4::kquant_integer_linear);
 }
