@@ -201,26 +201,22 @@ MOONCAKE_TILE_CODE void finish_stage(const Stage& stage, const TileActivations& 
   }
 }
 
-// One group of 16 weight rows from n0 against every activation row; y [rows, n] fp32. Two stages in turn:
-// the next super-block is expanded in registers while the tiles multiply this one.
+// One group of 16 weight rows from n0 against every activation row; y [rows, n] fp32.
 template <class Fmt, bool kWide>
 MOONCAKE_TILE_CODE void tile_group(const uint8_t* raw, const TileActivations& x, const WideIndex<Fmt>& index,
                                    const ScaleBytes<Fmt>& bytes, float* y, int64_t rows, int64_t n0, int64_t k,
                                    int64_t n) {
   const int64_t sbs = k / 256, live = std::min<int64_t>(16, n - n0);
-  Stage stages[2];
+  Stage stage;
   alignas(64) int32_t c[4][16][16];
   __m512 out[16];
   for (int r = 0; r < 16; ++r) out[r] = _mm512_setzero_ps();
-  for (Stage& stage : stages) {
-    std::fill_n(&stage.low[live][0], (16 - live) * 256, uint8_t{0});
-    std::fill_n(&stage.high[live][0], (16 - live) * 256, int8_t{0});
-  }
-  expand_stage<Fmt>(raw, index, bytes, n0, live, sbs, 0, &stages[0]);
+  std::fill_n(&stage.low[live][0], (16 - live) * 256, uint8_t{0});
+  std::fill_n(&stage.high[live][0], (16 - live) * 256, int8_t{0});
   for (int64_t sb = 0; sb < sbs; ++sb) {
-    multiply_stage<kWide>(stages[sb & 1], x, sb, c);
-    if (sb + 1 < sbs) expand_stage<Fmt>(raw, index, bytes, n0, live, sbs, sb + 1, &stages[(sb + 1) & 1]);
-    finish_stage<Fmt, kWide>(stages[sb & 1], x, sb, live, c, out);
+    expand_stage<Fmt>(raw, index, bytes, n0, live, sbs, sb, &stage);
+    multiply_stage<kWide>(stage, x, sb, c);
+    finish_stage<Fmt, kWide>(stage, x, sb, live, c, out);
   }
   alignas(64) float lanes[16];
   for (int r = 0; r < live; ++r) {
