@@ -33,11 +33,15 @@ namespace mooncake_q4 {
 // From this many decoding rows the tiles are faster than registers (bench/NOTES.md).
 constexpr int64_t kIntegerTileRows = 5;
 
-// Whether the CPU has AMX-INT8 (CPUID leaf 7, EDX bit 25) and the process may use tiles.
+// Whether the CPU has AMX-INT8 (CPUID leaf 7, EDX bit 25) and the process may use tiles. Asked once: under
+// a hypervisor every CPUID is a trip out of the guest.
 inline bool amx_int8_available() {
-  unsigned eax, ebx, ecx, edx;
-  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
-  return ((edx >> 25) & 1) != 0 && amx_available();
+  static const bool available = [] {
+    unsigned eax, ebx, ecx, edx;
+    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+    return ((edx >> 25) & 1) != 0 && amx_available();
+  }();
+  return available;
 }
 
 // Bytes 0, 2, 4, ... (low) or 1, 3, 5, ... (high) of two vectors of 32 int16 lanes, as 64 bytes.
