@@ -2,15 +2,16 @@
 
 At batch 1 on CPU a step is bound by reading the Q4 weights once, but through the module path another
 ~40% went to per-operator overhead: 30 layers x ~25 PyTorch ops, each a Python call and a dispatch
-(bench/NOTES.md). Where every projection of a Llama-family model reads a GGUF's Q4 blocks (GGUFDecodeMethod)
-and the model has no biases or q/k norms, every decoding row of a step (speculative verification chunks
-included), max_rows per call, runs its layer stack in C++ around the same Q4 kernels, with the same bf16
-rounding points; the head stays in PyTorch. It stays ahead of the packed bf16 path at 64 rows too (69 vs
-133 ms here). Prompt chunks, other models and GPUs keep the module path. So each generated token is
-computed alike whatever else its step holds (the Q4 kernel takes one path at every row count). Prompt rows
-are too, and however their prompt is cut into chunks: the module path's dense bf16 linears give each row the
-same bits at any row count (AMX tiles, tile_linear.py, or oneDNN's AVX512-BF16 kernels), and its attention
-is csrc/prompt_attention.cpp (attention/torch_backend.py).
+(bench/NOTES.md). Where every projection of a Llama-family model reads a GGUF's blocks (GGUFDecodeMethod:
+Q4_0/Q4_1, Q8_0, or K-quants with integer activations) and the model has no biases or q/k norms, every
+decoding row of a step (speculative verification chunks included), max_rows per call, runs its layer stack
+in C++ around the same block kernels, with the same bf16 rounding points; the head stays in PyTorch. It stays
+ahead of the packed bf16 path at 64 rows too (69 vs 133 ms here). Prompt chunks, other models and GPUs keep
+the module path. So each generated token is computed alike whatever else its step holds (each block kernel
+gives a row the same bits at every row count). Prompt rows are too, and however their prompt is cut into
+chunks: the module path's linears give each row the same bits at any row count (the blocks' batch path, AMX
+tiles, tile_linear.py, or oneDNN's AVX512-BF16 kernels), and its attention is csrc/prompt_attention.cpp
+(attention/torch_backend.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,17 @@ import torch
 from inference.models.decoder import DecoderForCausalLM
 from inference.models.layers import GatedMLP
 from inference.models.linear_method import GGUFDecodeMethod
-from inference.models.q4_decode import Q4Kernel
+from inference.models.q4_decode import (
+    KQUANT_ACTIVATIONS_OP,
+    BlockWeight,
+    DecodeWeight,
+    KQuantWeight,
+    Q4Kernel,
+)
+
+# decode_layers' kind for Q4_0/Q4_1 and Q8_0 matrices (levels with (d, m) pairs); K-quants go by ggml's id.
+_DM_BLOCKS = 0
+_NO_DM = torch.empty(0, dtype=torch.float16)
 
 
 @dataclass(slots=True)
@@ -33,8 +44,10 @@ class FusedDecode:
     model: DecoderForCausalLM
     kernel: Q4Kernel
     norms: list[torch.Tensor]  # per layer (input, post-attention), then the final norm
-    levels: list[torch.Tensor]
-    dms: list[torch.Tensor]
+    weights: list[torch.Tensor]  # the matrices of each layer's qkv, o, gate_up and down, in that order
+    dms: list[torch.Tensor]  # (d, m) pairs of Q4/Q8_0 matrices; empty for K-quants
+    kinds: list[int]
+    counts: list[int]  # matrices per projection
     k_caches: list[torch.Tensor]
     v_caches: list[torch.Tensor]
     cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -54,8 +67,10 @@ class FusedDecode:
         if args.hidden_size % 16 or args.intermediate_size % 16 or args.head_dim % 32 or args.head_dim > 512:
             return None  # the native loops take whole 16-lane vectors
         norms: list[torch.Tensor] = []
-        levels: list[torch.Tensor] = []
+        weights: list[torch.Tensor] = []
         dms: list[torch.Tensor] = []
+        kinds: list[int] = []
+        counts: list[int] = []
         kernel: Q4Kernel | None = None
         k_caches: list[torch.Tensor] = []
         v_caches: list[torch.Tensor] = []
@@ -69,11 +84,21 @@ class FusedDecode:
                 norms.append(norm.weight.detach().contiguous())
             for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
                 method = linear.method
-                if not isinstance(method, GGUFDecodeMethod) or (weight := method.q4_weight()) is None:
-                    return None  # the fused layers read Q4_0/Q4_1 blocks only
+                if not isinstance(method, GGUFDecodeMethod) or (kernel and method.kernel != kernel):
+                    return None
                 kernel = method.kernel
-                levels.append(weight.levels)
-                dms.append(weight.dm)
+                if not all(_fusable(part, kernel) for part in method.parts):
+                    return None
+                for part in method.parts:
+                    if isinstance(part, KQuantWeight):
+                        weights.append(part.raw)
+                        dms.append(_NO_DM)
+                        kinds.append(part.type_id)
+                    else:
+                        weights.append(part.levels)
+                        dms.append(part.dm)
+                        kinds.append(_DM_BLOCKS)
+                counts.append(len(method.parts))
             cache = attn.attn
             if cache.k_cache.dtype != torch.bfloat16 or cache.k_cache.dim() != 4:
                 return None
@@ -84,7 +109,7 @@ class FusedDecode:
         if kernel is None or final.dtype != torch.bfloat16 or embedding.dtype != torch.bfloat16:
             return None
         norms.append(final.detach().contiguous())
-        return cls(model, kernel, norms, levels, dms, k_caches, v_caches)
+        return cls(model, kernel, norms, weights, dms, kinds, counts, k_caches, v_caches)
 
     @torch.inference_mode()
     def run(
@@ -110,13 +135,16 @@ class FusedDecode:
             self.k_caches,
             self.v_caches,
             self.norms,
-            self.levels,
+            self.weights,
             self.dms,
+            self.kinds,
+            self.counts,
             args.num_heads,
             args.num_kv_heads,
             args.rms_norm_eps,
             args.head_dim**-0.5,
             self.kernel.amx,
+            KQUANT_ACTIVATIONS_OP[self.kernel.activations],
         )
 
     def run_rows(
@@ -143,3 +171,11 @@ class FusedDecode:
     @property
     def _block_size(self) -> int:
         return int(self.k_caches[0].shape[1])
+
+
+def _fusable(part: BlockWeight, kernel: Q4Kernel) -> bool:
+    """Whether decode_layers reads `part` as the module path does: Q4/Q8_0 blocks always, K-quants where
+    their decoding rows take the integer kernels (bf16 activations keep the module path)."""
+    if isinstance(part, DecodeWeight):
+        return True
+    return kernel.activations != "bf16"

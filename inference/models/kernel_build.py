@@ -47,6 +47,7 @@ HEADERS = [
     CSRC / "kquant_int8.h",
     CSRC / "kquant_int16.h",
     CSRC / "kquant_tiles.h",
+    CSRC / "kquant_integer.h",
     CSRC / "kquant_tile_activations.h",
     CSRC / "bf16_lanes.h",
     CSRC / "amx_tiles.h",

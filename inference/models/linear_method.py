@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from inference.models.gguf_blocks import BlockMatrix, Q4Blocks
 from inference.models.int4 import Int4Weight, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
-from inference.models.q4_decode import BlockWeight, DecodeWeight, Q4Kernel, decode_weights, eligible, matches
+from inference.models.q4_decode import BlockWeight, Q4Kernel, decode_weights, eligible, matches
 from inference.models.tile_linear import TileWeight, pack_tiles, tile_linear
 
 
@@ -131,13 +131,6 @@ class GGUFDecodeMethod(LinearMethod):
     @property
     def keeps_dense(self) -> bool:
         return self.fallback is not None and self.fallback.keeps_dense
-
-    def q4_weight(self) -> DecodeWeight | None:
-        """The one Q4_0/Q4_1 matrix, where that is all this layer holds (the fused decode layers take it)."""
-        only = self.parts[0] if len(self.parts) == 1 else None
-        if isinstance(only, DecodeWeight) and only.levels.dtype == torch.uint8:
-            return only
-        return None
 
     def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         multiply = self.kernel.linear

@@ -180,9 +180,10 @@ class Q4Kernel:
 
     def linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """x [..., in] bf16 with at most max_rows rows (decoding) -> [..., out] bf16."""
-        # The integer paths' tiles (from 8 rows, where the CPU has AMX-INT8) give the registers' bits.
-        amx = self.amx or self.activations != "bf16"
-        return _linear(x, weight, bias, amx=amx, batch=False, activations=self.activations)
+        # The integer paths' tiles (from kIntegerTileRows rows, on AMX-INT8) give the registers' bits, so
+        # K-quant rows may take them whatever q4_amx says; Q4/Q8_0 rows follow q4_amx.
+        integer = isinstance(weight, KQuantWeight) and self.activations != "bf16"
+        return _linear(x, weight, bias, amx=self.amx or integer, batch=False, activations=self.activations)
 
     def batch_linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """Any number of rows (prompt chunks, large batches) -> [..., out] bf16: AMX tiles wherever the CPU

@@ -6,7 +6,9 @@ from typing import Any
 
 import torch
 
-from inference import EngineConfig, LLMEngine
+from inference import EngineConfig, LLMEngine, SamplingParams
+from inference.core.model_io import ScheduledChunk
+from inference.core.model_runner import ModelRunner
 
 MAX_TOKENS = 24
 SYSTEM = (
@@ -96,3 +98,19 @@ def worst_gap_to_fp32(reference: Any, all_prompts: list[list[int]], outputs: lis
         gap = at_choice.max(-1).values - at_choice[torch.arange(len(tokens)), torch.tensor(tokens)]
         worst = max(worst, gap.max().item())
     return worst
+
+
+def runner_of(engine: LLMEngine) -> ModelRunner:
+    assert isinstance(engine.runner, ModelRunner)
+    return engine.runner
+
+
+def decode_chunks(engine: LLMEngine, num_prompts: int, steps: int) -> list[ScheduledChunk]:
+    """The chunks of a decode-only step, after `steps` steps of `num_prompts` greedy chat prompts."""
+    for prompt in prompts(engine.tokenizer)[-num_prompts:]:
+        engine.add_request(None, prompt, SamplingParams(temperature=0, max_tokens=64))
+    for _ in range(steps):
+        engine.step()
+    chunks = engine.scheduler.schedule().chunks
+    assert len(chunks) == num_prompts and all(c.num_tokens == 1 for c in chunks)
+    return chunks

@@ -1,5 +1,6 @@
 // decode_layers: every decoder layer of a small decode batch (1 to max_rows sequences, one new token each) in
-// one call, for a Llama-family model whose projections all read a GGUF's Q4 blocks (fused_decode.py).
+// one call, for a Llama-family model whose projections all read a GGUF's blocks (fused_decode.py): Q4_0/Q4_1
+// or Q8_0 through the bf16 kernels, K-quants through the integer ones, as the module path reads each.
 //
 // At batch 1 a step is about 8 ms of weight reads and, through Python and the dispatcher, about 6 ms more
 // of per-operator overhead over 30 layers x ~25 ops (bench/NOTES.md). Here the whole layer stack is plain
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "bf16_lanes.h"
+#include "kquant_integer.h"
 #include "q4_kernels.h"
 
 namespace mooncake_q4 {
@@ -49,21 +51,95 @@ void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t n, 
   }
 }
 
-// Scratch for one call: the permuted activations and the fp32 product of the widest projection.
+// One projection's matrices, stacked row-wise (a Q4_K_M file's fused QKV mixes Q4_K with Q6_K, for one).
+// kind kDmBlocks: Q4 nibbles (uint8) or Q8_0 levels (int8) with (d, m) pairs; else a K-quant type id.
+constexpr int64_t kDmBlocks = 0;
+
+struct Part {
+  const at::Tensor* weight;
+  const at::Tensor* dm;
+  int64_t kind;
+};
+
+struct Projection {
+  std::vector<Part> parts;
+  int64_t n = 0;  // output size: the parts' rows
+};
+
+// Scratch for one call: the permuted activations and the fp32 product of the widest matrix.
 struct Scratch {
   std::vector<uint16_t> xp;
   std::vector<float> y;
 };
 
-// out[rows, n] = bf16(x[rows, k] @ W^T) through the Q4 blocks.
-void project(const bf16* x, const at::Tensor& levels, const at::Tensor& dm, bf16* out, int64_t rows, int64_t k,
-             bool amx, Scratch& scratch) {
-  const int64_t n = levels.size(0);
-  permute_x(bits(x), scratch.xp.data(), rows, k);
-  multiply<Q4Format>(scratch.xp.data(), reinterpret_cast<const uint8_t*>(levels.data_ptr()),
-                  reinterpret_cast<const uint16_t*>(dm.data_ptr()),
-                  scratch.y.data(), rows, k, n, amx);
-  for (int64_t i = 0; i < rows * n; i += 16) store16(out + i, _mm512_loadu_ps(scratch.y.data() + i));
+// out[rows, n] = bf16(x[rows, k] @ W^T), each part as its op computes it (q4_linear, kquant_linear's integer
+// rows) and rounded to bf16 into its columns, as the module path's concatenation of the parts' outputs.
+void project(const bf16* x, const Projection& projection, bf16* out, int64_t rows, int64_t k, bool amx,
+             int64_t activations, Scratch& scratch) {
+  bool permuted = false;
+  int64_t column = 0;
+  for (const Part& part : projection.parts) {
+    const int64_t n = part.weight->size(0);
+    const auto* q = reinterpret_cast<const uint8_t*>(part.weight->data_ptr());
+    float* y = scratch.y.data();
+    if (part.kind == kDmBlocks) {
+      if (!permuted) permute_x(bits(x), scratch.xp.data(), rows, k);
+      permuted = true;
+      const auto* dm = reinterpret_cast<const uint16_t*>(part.dm->data_ptr());
+      if (part.weight->scalar_type() == at::kChar) {
+        multiply<Q8Format>(scratch.xp.data(), q, dm, y, rows, k, n, amx);
+      } else {
+        multiply<Q4Format>(scratch.xp.data(), q, dm, y, rows, k, n, amx);
+      }
+    } else {
+      integer_multiply(bits(x), q, part.kind, activations, IntegerPath::kAuto, y, rows, k, n);
+    }
+    for (int64_t m = 0; m < rows; ++m) {
+      bf16* row = out + m * projection.n + column;
+      const float* ym = y + m * n;
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16) store16(row + i, _mm512_loadu_ps(ym + i));
+      for (; i < n; ++i) row[i] = bf16(ym[i]);
+    }
+    column += n;
+  }
+}
+
+// The projections of every layer (qkv, o, gate_up, down), checked against the model's sizes: counts[p] parts
+// of weights/dms/kinds each.
+std::vector<Projection> projections(at::TensorList weights, at::TensorList dms, at::IntArrayRef kinds,
+                                    at::IntArrayRef counts, int64_t layers, int64_t width, int64_t q_size,
+                                    int64_t kv_size, int64_t inter, int64_t activations) {
+  TORCH_CHECK(static_cast<int64_t>(counts.size()) == 4 * layers, "four projections per layer");
+  TORCH_CHECK(dms.size() == weights.size() && kinds.size() == weights.size(), "one dm and kind per matrix");
+  const int64_t sizes[4][2] = {{q_size + 2 * kv_size, width}, {width, q_size}, {2 * inter, width}, {width, inter}};
+  std::vector<Projection> out(counts.size());
+  size_t next = 0;
+  for (size_t p = 0; p < counts.size(); ++p) {
+    const int64_t n = sizes[p % 4][0], k = sizes[p % 4][1];
+    TORCH_CHECK(counts[p] >= 1 && next + counts[p] <= weights.size(), "parts past the list of matrices");
+    for (int64_t i = 0; i < counts[p]; ++i, ++next) {
+      const at::Tensor& weight = weights[next];
+      const int64_t kind = kinds[next];
+      TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "matrices must be contiguous 2-D");
+      if (kind == kDmBlocks) {
+        const bool q8 = weight.scalar_type() == at::kChar;
+        TORCH_CHECK((q8 || weight.scalar_type() == at::kByte) && weight.size(1) * (q8 ? 1 : 2) == k,
+                    "Q4/Q8_0 levels must be uint8 (Q4) or int8 (Q8_0) matching the input size");
+        TORCH_CHECK(dms[next].scalar_type() == kDmType && dms[next].is_contiguous() &&
+                        dms[next].numel() == weight.size(0) * (k / 32) * 2,
+                    "dm must hold a float16 (d, m) pair per block");
+      } else {
+        TORCH_CHECK(activations == kInt8 || activations == kInt16, "K-quant rows need int8 or int16 activations");
+        checked_rows(weight, kind, k);
+      }
+      out[p].parts.push_back(Part{&weight, &dms[next], kind});
+      out[p].n += weight.size(0);
+    }
+    TORCH_CHECK(out[p].n == n, "projection shapes do not match the model");
+  }
+  TORCH_CHECK(next == weights.size(), "matrices left over after the projections");
+  return out;
 }
 
 // In place on [heads, d] of one token: x * cos + rotate_half(x) * sin, each product and the sum in bf16.
@@ -131,19 +207,20 @@ void add_into(bf16* h, const bf16* delta, int64_t n) {
 }
 
 // One token per row: its id, its position (it sees its sequence's context up to there), its KV slot and its
-// sequence's block table. norms: per layer (input, post-attention), then the final norm; levels/dms: per
-// layer (qkv, o, gate_up, down). Returns the final-normed hidden states [rows, hidden].
+// sequence's block table. norms: per layer (input, post-attention), then the final norm; weights/dms/kinds:
+// the matrices of each layer's projections (qkv, o, gate_up, down), counts[p] for projection p. Returns the
+// final-normed hidden states [rows, hidden].
 at::Tensor decode_layers(const at::Tensor& token_ids, const at::Tensor& positions, const at::Tensor& embedding,
                          const at::Tensor& cos_table, const at::Tensor& sin_table, const at::Tensor& slots,
                          const at::Tensor& block_tables, at::TensorList k_caches, at::TensorList v_caches,
-                         at::TensorList norms, at::TensorList levels, at::TensorList dms, int64_t num_heads,
-                         int64_t num_kv_heads, double eps, double scale, bool amx) {
+                         at::TensorList norms, at::TensorList weights, at::TensorList dms, at::IntArrayRef kinds,
+                         at::IntArrayRef counts, int64_t num_heads, int64_t num_kv_heads, double eps, double scale,
+                         bool amx, int64_t activations) {
   const int64_t layers = static_cast<int64_t>(k_caches.size());
   const int64_t rows = token_ids.numel(), width = embedding.size(1);
   TORCH_CHECK(rows >= 1 && rows <= max_rows(amx), "1 to ", max_rows(amx), " rows, got ", rows);
-  TORCH_CHECK(layers >= 1 && v_caches.size() == k_caches.size() && norms.size() == 2 * k_caches.size() + 1 &&
-                  levels.size() == 4 * k_caches.size() && dms.size() == levels.size(),
-              "per layer: one K and V cache, two norms, four projections; then the final norm");
+  TORCH_CHECK(layers >= 1 && v_caches.size() == k_caches.size() && norms.size() == 2 * k_caches.size() + 1,
+              "per layer: one K and V cache, two norms; then the final norm");
   TORCH_CHECK(token_ids.scalar_type() == at::kLong && positions.scalar_type() == at::kLong &&
                   slots.scalar_type() == at::kLong && block_tables.scalar_type() == at::kInt &&
                   token_ids.is_contiguous() && positions.is_contiguous() && slots.is_contiguous() &&
@@ -153,7 +230,12 @@ at::Tensor decode_layers(const at::Tensor& token_ids, const at::Tensor& position
   TORCH_CHECK(embedding.scalar_type() == at::kBFloat16 && embedding.is_contiguous(), "embedding must be bf16");
   const int64_t head_dim = k_caches[0].size(3);
   const int64_t q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
-  const int64_t inter = levels[2].size(0) / 2;
+  TORCH_CHECK(static_cast<int64_t>(counts.size()) == 4 * layers && counts[0] >= 1 && counts[1] >= 1 &&
+                  counts[2] >= 1 && counts[0] + counts[1] + counts[2] <= static_cast<int64_t>(weights.size()),
+              "four projections per layer, each of one or more matrices");
+  int64_t gate_up_rows = 0;  // layer 0's third projection: its parts follow qkv's and o's
+  for (int64_t i = 0; i < counts[2]; ++i) gate_up_rows += weights[counts[0] + counts[1] + i].size(0);
+  const int64_t inter = gate_up_rows / 2;
   TORCH_CHECK(width % 64 == 0 && head_dim % 32 == 0 && head_dim <= 512 && inter % 64 == 0 && inter / 16 <= kMaxDm &&
                   width / 16 <= kMaxDm,
               "hidden and intermediate sizes must be multiples of 64 up to 32768, head_dim of 32 up to 512");
@@ -165,14 +247,9 @@ at::Tensor decode_layers(const at::Tensor& token_ids, const at::Tensor& position
                     v_caches[l].is_contiguous() && k_caches[l].sizes() == k_caches[0].sizes() &&
                     v_caches[l].sizes() == k_caches[0].sizes() && k_caches[l].size(2) == num_kv_heads,
                 "caches must be contiguous bf16 [blocks, block_size, kv_heads, head_dim]");
-    TORCH_CHECK(levels[4 * l].size(0) == q_size + 2 * kv_size && levels[4 * l + 1].size(0) == width &&
-                    levels[4 * l + 2].size(0) == 2 * inter && levels[4 * l + 3].size(0) == width,
-                "projection shapes do not match the model");
-    for (int64_t p = 0; p < 4; ++p)
-      TORCH_CHECK(levels[4 * l + p].scalar_type() == at::kByte && levels[4 * l + p].is_contiguous() &&
-                      dms[4 * l + p].scalar_type() == kDmType && dms[4 * l + p].is_contiguous(),
-                  "projections must be Q4 blocks (uint8 levels, (d, m) pairs)");
   }
+  const std::vector<Projection> layer_projections =
+      projections(weights, dms, kinds, counts, layers, width, q_size, kv_size, inter, activations);
   for (const auto& norm : norms)
     TORCH_CHECK(norm.scalar_type() == at::kBFloat16 && norm.numel() == width, "norm weights must be bf16 [hidden]");
   const Shape shape{num_heads, num_kv_heads, head_dim, k_caches[0].size(1), static_cast<float>(scale)};
@@ -212,7 +289,7 @@ at::Tensor decode_layers(const at::Tensor& token_ids, const at::Tensor& position
     auto* kc = k_caches[l].data_ptr<bf16>();
     auto* vc = v_caches[l].data_ptr<bf16>();
     rms_norm(h.data(), norms[2 * l].data_ptr<bf16>(), normed.data(), rows, width, epsilon);
-    project(normed.data(), levels[4 * l], dms[4 * l], qkv.data(), rows, width, amx, scratch);
+    project(normed.data(), layer_projections[4 * l], qkv.data(), rows, width, amx, activations, scratch);
     for (int64_t m = 0; m < rows; ++m) {
       bf16* token = qkv.data() + m * (q_size + 2 * kv_size);
       // Q and K heads sit side by side: one rotary pass over both, as decoder.py does.
@@ -223,12 +300,12 @@ at::Tensor decode_layers(const at::Tensor& token_ids, const at::Tensor& position
       std::copy(token + q_size + kv_size, token + q_size + 2 * kv_size, vc + slot[m] * kv_size);
     }
     attend(q.data(), kc, vc, tables, table_width, length.data(), attn.data(), rows, shape);
-    project(attn.data(), levels[4 * l + 1], dms[4 * l + 1], delta.data(), rows, q_size, amx, scratch);
+    project(attn.data(), layer_projections[4 * l + 1], delta.data(), rows, q_size, amx, activations, scratch);
     add_into(h.data(), delta.data(), rows * width);
     rms_norm(h.data(), norms[2 * l + 1].data_ptr<bf16>(), normed.data(), rows, width, epsilon);
-    project(normed.data(), levels[4 * l + 2], dms[4 * l + 2], gate_up.data(), rows, width, amx, scratch);
+    project(normed.data(), layer_projections[4 * l + 2], gate_up.data(), rows, width, amx, activations, scratch);
     at::mul_out(act_view, at::silu(gate_up_view.narrow(1, 0, inter)), gate_up_view.narrow(1, inter, inter));
-    project(act.data(), levels[4 * l + 3], dms[4 * l + 3], delta.data(), rows, inter, amx, scratch);
+    project(act.data(), layer_projections[4 * l + 3], delta.data(), rows, inter, amx, activations, scratch);
     add_into(h.data(), delta.data(), rows * width);
   }
   rms_norm(h.data(), norms[2 * layers].data_ptr<bf16>(), out.data_ptr<bf16>(), rows, width, epsilon);
@@ -242,8 +319,8 @@ TORCH_LIBRARY_FRAGMENT(mooncake_q4, m) {
   m.def(
       "decode_layers(Tensor token_ids, Tensor positions, Tensor embedding, Tensor cos_table, Tensor sin_table, "
       "Tensor slots, Tensor block_tables, Tensor[] k_caches, Tensor[] v_caches, Tensor[] norms, "
-      "Tensor[] levels, Tensor[] dms, int num_heads, int num_kv_heads, float eps, float scale, bool amx) "
-      "-> Tensor");
+      "Tensor[] weights, Tensor[] dms, int[] kinds, int[] counts, int num_heads, int num_kv_heads, float eps, "
+      "float scale, bool amx, int activations) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mooncake_q4, CPU, m) { m.impl("decode_layers", &mooncake_q4::decode_layers); }

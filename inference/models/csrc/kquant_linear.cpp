@@ -3,77 +3,18 @@
 // integer ones for decoding rows in kquant_int8.h and kquant_int16.h; see q4_decode.py).
 #include <torch/library.h>
 
-#include "kquant_formats.h"
 #include "block_gemm.h"
-#include "kquant_int8.h"
-#include "kquant_int16.h"
-#include "kquant_tiles.h"
+#include "kquant_integer.h"
 
 namespace mooncake_q4 {
 namespace {
-
-// ggml's type ids, as gguf-py's GGMLQuantizationType numbers them.
-constexpr int64_t kQ4K = 12, kQ5K = 13, kQ6K = 14, kIQ4XS = 23;
-
-template <class F>
-auto with_format(int64_t kind, F&& f) {
-  switch (kind) {
-    case kQ4K: return f(Q4KFormat{});
-    case kQ5K: return f(Q5KFormat{});
-    case kQ6K: return f(Q6KFormat{});
-    case kIQ4XS: return f(IQ4XSFormat{});
-  }
-  TORCH_CHECK(false, "not a K-quant type id: ", kind);
-}
-
-// The rows of `raw` ([out, super-blocks * bytes] uint8), checked against the input size k.
-int64_t checked_rows(const at::Tensor& raw, int64_t kind, int64_t k) {
-  TORCH_CHECK(raw.dim() == 2 && raw.scalar_type() == at::kByte && raw.is_contiguous(),
-              "raw must be contiguous uint8 [out, bytes per row]");
-  TORCH_CHECK(k > 0 && k % 256 == 0 && k / 16 <= kMaxDm, "input size must be a multiple of 256, at most ",
-              kMaxDm * 16, ", got ", k);
-  const int64_t row_bytes = with_format(kind, [&](auto format) { return decltype(format)::row_bytes(k); });
-  TORCH_CHECK(raw.size(1) == row_bytes, "rows of ", raw.size(1), " bytes do not hold ", k, " weights");
-  return raw.size(0);
-}
-
-// How decoding rows' activations meet the K-quant levels (q4_decode.py's ACTIVATIONS, in that order).
-enum Activations : int64_t { kBf16 = 0, kInt8 = 1, kInt16 = 2 };
-
-// The integer kernels' view of a K-quant type (kquant_levels.h).
-template <class F>
-void with_levels(int64_t kind, F&& f) {
-  switch (kind) {
-    case kQ4K: f(Q4KLevels{}); break;
-    case kQ5K: f(Q5KLevels{}); break;
-    case kQ6K: f(Q6KLevels{}); break;
-    case kIQ4XS: f(IQ4XSLevels{}); break;
-    default: TORCH_CHECK(false, "not a K-quant type id: ", kind);
-  }
-}
-
-// Which integer kernel takes a call: tiles from kIntegerTileRows rows where the CPU has AMX-INT8 (kAuto),
-// or one of them at any row count (the tests hold them to the same bits).
-enum class IntegerPath { kAuto, kRegisters, kTiles };
 
 // Decoding rows with their activations quantized per super-block (kquant_int8.h, kquant_int16.h,
 // kquant_tiles.h).
 at::Tensor integer_linear(const uint16_t* xs, const uint8_t* q, int64_t kind, int64_t activations, IntegerPath path,
                           const c10::optional<at::Tensor>& bias, int64_t rows, int64_t k, int64_t n) {
   auto y = at::empty({rows, n}, at::TensorOptions().dtype(at::kFloat));
-  float* ys = y.data_ptr<float>();
-  const bool tiles = path == IntegerPath::kTiles ||
-                     (path == IntegerPath::kAuto && rows >= kIntegerTileRows && amx_int8_available());
-  with_levels(kind, [&](auto levels) {
-    using Levels = decltype(levels);
-    if (tiles) {
-      tile_multiply<Levels>(xs, q, ys, rows, k, n, activations == kInt16);
-    } else if (activations == kInt8) {
-      int8_multiply<Levels>(xs, q, ys, rows, k, n);
-    } else {
-      int16_multiply<Levels>(xs, q, ys, rows, k, n);
-    }
-  });
+  integer_multiply(xs, q, kind, activations, path, y.data_ptr<float>(), rows, k, n);
   if (bias.has_value() && bias->defined()) y.add_(bias->to(at::kFloat));
   return y.to(at::kBFloat16);
 }

@@ -11,13 +11,19 @@ import pytest
 import torch
 
 from inference import LLMEngine, SamplingParams
-from inference.core.model_io import ScheduledChunk
-from inference.core.model_runner import ModelRunner
 from inference.models import DecoderForCausalLM, kernel_build
 from inference.models.fused_decode import FusedDecode
 from inference.models.loader import LoadedModel, load_model
 from inference.models.tile_linear import cpu_has_amx
-from tests.inference.real_model import MAX_TOKENS, chat_ids, make_engine, prompts, worst_gap_to_fp32
+from tests.inference.real_model import (
+    MAX_TOKENS,
+    chat_ids,
+    decode_chunks,
+    make_engine,
+    prompts,
+    runner_of,
+    worst_gap_to_fp32,
+)
 
 pytestmark = pytest.mark.skipif(not kernel_build.cpu_supported(), reason="the Q4 kernels need AVX512-BF16")
 
@@ -30,22 +36,6 @@ def bf16_model(test_cache_dir: Path) -> LoadedModel:
 def decoder(loaded: LoadedModel) -> DecoderForCausalLM:
     assert isinstance(loaded.model, DecoderForCausalLM)
     return loaded.model
-
-
-def runner_of(engine: LLMEngine) -> ModelRunner:
-    assert isinstance(engine.runner, ModelRunner)
-    return engine.runner
-
-
-def decode_chunks(engine: LLMEngine, num_prompts: int, steps: int) -> list[ScheduledChunk]:
-    """The chunks of a decode-only step, after `steps` steps of `num_prompts` greedy chat prompts."""
-    for prompt in prompts(engine.tokenizer)[-num_prompts:]:
-        engine.add_request(None, prompt, SamplingParams(temperature=0, max_tokens=64))
-    for _ in range(steps):
-        engine.step()
-    chunks = engine.scheduler.schedule().chunks
-    assert len(chunks) == num_prompts and all(c.num_tokens == 1 for c in chunks)
-    return chunks
 
 
 @pytest.mark.parametrize("num_seqs", [1, 3])
@@ -119,11 +109,14 @@ def test_indexes_outside_the_cache_are_refused_before_any_read(bf16_model: Loade
     embedding = model.model.embed_tokens.weight
     cos, sin = model.rotary.cos_sin(torch.arange(64), torch.bfloat16)
 
-    def call(token: int, position: int, slot: int, table: list[int]) -> torch.Tensor:
+    def call(
+        token: int, position: int, slot: int, table: list[int], *, counts: Any = None, kinds: Any = None
+    ) -> torch.Tensor:
         return torch.ops.mooncake_q4.decode_layers(
             torch.tensor([token]), torch.tensor([position]), embedding, cos, sin, torch.tensor([slot]),
             torch.tensor([table], dtype=torch.int32), fused.k_caches, fused.v_caches, fused.norms,
-            fused.levels, fused.dms, args.num_heads, args.num_kv_heads, 1e-5, 0.125, fused.kernel.amx,
+            fused.weights, fused.dms, kinds or fused.kinds, counts or fused.counts,
+            args.num_heads, args.num_kv_heads, 1e-5, 0.125, fused.kernel.amx, 2,
         )  # fmt: skip
 
     assert call(1, 0, 0, [0]).shape == (1, args.hidden_size)
@@ -137,6 +130,10 @@ def test_indexes_outside_the_cache_are_refused_before_any_read(bf16_model: Loade
         call(1, 0, 0, [blocks])
     with pytest.raises(RuntimeError, match="context longer than its table"):
         call(1, block_size, 0, [0])
+    with pytest.raises(RuntimeError, match="four projections per layer"):
+        call(1, 0, 0, [0], counts=fused.counts[:-1])
+    with pytest.raises(RuntimeError, match="must be a multiple of 256"):  # Q4_1 levels named a Q6_K matrix
+        call(1, 0, 0, [0], kinds=[14, *fused.kinds[1:]])
 
 
 @pytest.mark.slow

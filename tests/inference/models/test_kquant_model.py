@@ -4,6 +4,7 @@ weights."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +15,15 @@ from gguf.quants import dequantize
 from transformers import AutoModelForCausalLM
 
 from inference import SamplingParams
-from inference.models import kernel_build
+from inference.models import DecoderForCausalLM, kernel_build
+from inference.models.fused_decode import FusedDecode
 from inference.models.gguf_convert import ensure_converted
 from inference.models.layers import Linear
 from inference.models.linear_method import GGUFDecodeMethod
 from inference.models.loader import LoadedModel, default_gguf_path, load_model
 from inference.models.q4_decode import DecodeWeight, KQuantWeight
 from tests.inference.kquant_files import quantize_iq4_xs, quantize_q4_k, quantize_q6_k, requantize_q4_k_m
-from tests.inference.real_model import make_engine, prompts
+from tests.inference.real_model import decode_chunks, make_engine, prompts, runner_of
 
 pytestmark = [
     pytest.mark.slow,
@@ -98,10 +100,39 @@ def test_a_q4_k_m_file_reads_its_blocks_as_stored_and_answers_like_its_bf16_refe
     q8 = methods["model.layers.0.self_attn.qkv_proj"].parts  # type: ignore[attr-defined]
     assert len(q8) == 1 and isinstance(q8[0], DecodeWeight) and q8[0].levels.dtype == torch.int8
     all_prompts = prompts(q4_k_m.tokenizer)
-    ours = greedy(q4_k_m)
+    ours = greedy(q4_k_m)  # decoding rows through decode_layers (the test above)
     reference = transformers_bf16(ensure_converted(q4_k_m_file, test_cache_dir), all_prompts)
     agree = sum(a == b for a, b in zip(ours, reference, strict=True))
     assert agree >= 6, f"{agree}/8 prompts agree with transformers in bf16 for {TOKENS} tokens"
+
+
+def test_its_decoding_rows_run_the_native_layers_on_every_type_and_agree_with_the_modules(
+    q4_k_m: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Q4_K_M file's mix (Q8_0 projections, Q4_K and Q6_K down projections) runs its decoding rows through
+    decode_layers, reading each matrix with the kernel the module path uses for it. Only attention's
+    summation order differs, so 3 rows' logits stay within a few bf16 steps of the modules'."""
+    engine = make_engine(q4_k_m, dtype="bfloat16", max_num_seqs=3)
+    runner = runner_of(engine)
+    fused = runner.fused_decode
+    assert fused is not None and sorted(set(fused.kinds)) == [0, 12, 14]  # (d, m) blocks, Q4_K, Q6_K
+    chunks = decode_chunks(engine, 3, steps=8)
+    native = runner.execute(chunks).last
+    runner.fused_decode = None
+    modules = runner.execute(chunks).last
+    runner.fused_decode = fused
+    assert (native - modules).abs().max().item() < 1.0
+    picks = native.argmax(-1)
+    below_top = modules.max(-1).values - modules.gather(1, picks[:, None]).squeeze(1)
+    assert below_top.max().item() < 0.5
+    # K-quant rows with bf16 activations take the module path (decode_layers has only the integer kernels).
+    model = q4_k_m.model
+    assert isinstance(model, DecoderForCausalLM)
+    bf16_kernel = replace(fused.kernel, activations="bf16")
+    for module in model.modules():
+        if isinstance(module, Linear) and isinstance(module.method, GGUFDecodeMethod):
+            monkeypatch.setattr(module.method, "kernel", bf16_kernel)
+    assert FusedDecode.build(model) is None
 
 
 @pytest.fixture(scope="module")
