@@ -56,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--torch-steps", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--max-num-seqs", type=int, default=16, help="16 = the serving load's concurrency")
+    p.add_argument("--model", default="default", help="a model id, folder or GGUF file")
     p.add_argument("--dtype", default="auto", help="the engine's dtype (auto = float32 on CPU)")
     args = p.parse_args(argv)
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from inference import EngineConfig, LLMEngine, SamplingParams
 
     engine = LLMEngine(
-        EngineConfig(model="default", dtype=args.dtype, max_num_seqs=args.max_num_seqs, max_model_len=2048)
+        EngineConfig(model=args.model, dtype=args.dtype, max_num_seqs=args.max_num_seqs, max_model_len=2048)
     )
     dtype = engine.loaded.dtype
     print(f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, {dtype}", flush=True)
