@@ -69,7 +69,7 @@ inline void int8_rows(const uint8_t* raw, const QuantizedRows& xq, const PairInd
   for (int64_t sb = 0; sb < sbs; ++sb) {
     SuperBlock blocks[R];
     for (int r = 0; r < R; ++r) {
-      prefetch_super_block<Fmt>(rows[r] + sb * Fmt::kBytes);
+      prefetch_super_block<Fmt>(rows[r] + sb * Fmt::kBytes, sbs, R);
       blocks[r] = Fmt::decode(rows[r] + sb * Fmt::kBytes);
     }
     __m512i sums[R][M];
