@@ -85,8 +85,10 @@ def test_a_q4_k_m_file_reads_its_blocks_as_stored_and_answers_like_its_bf16_refe
 ) -> None:
     """Every projection reads its file blocks for decode (Q4_K or Q6_K down projections, Q8_0 for the
     rest); the 8 prompts' (4 plain, 4 chat-templated) first 16 greedy tokens match transformers' bf16 model
-    of the same weights on at least 6. Measured with the default 14-bit activations for the K-quant rows: 7
-    of 8 (the other parts at token 4); with kquant_activations "bf16" 8 of 8, with "int8" (llama.cpp's) 5."""
+    of the same weights on at least 6. Measured with the default 14-bit activations for the K-quant rows,
+    decoding through the fused layers: 6 of 8 (the others part at tokens 4 and 14; 7 through the modules,
+    whose attention sums in another order); with kquant_activations "int8" (llama.cpp's) 6, with "bf16"
+    (the module path) 8."""
     methods = {name: m.method for name, m in q4_k_m.model.named_modules() if isinstance(m, Linear)}
     assert len(methods) == 30 * 4 and all(isinstance(m, GGUFDecodeMethod) for m in methods.values())
     kquant = {
