@@ -24,10 +24,15 @@ constexpr int64_t kPrefetchSuperBlocks = 32;
 // where rows are that long, else the same super-block of the next group's row (`group` rows down). A plain
 // 32 ahead from a row of 16 super-blocks (4096 inputs) lands in the group's own rows, read already.
 template <class Fmt>
+inline void prefetch_lines(const uint8_t* block) {
+  const char* start = reinterpret_cast<const char*>(block);
+  for (int64_t line = 0; line < Fmt::kBytes + 64; line += 64) _mm_prefetch(start + line, _MM_HINT_T0);
+}
+
+template <class Fmt>
 inline void prefetch_super_block(const uint8_t* block, int64_t sbs, int64_t group) {
   const int64_t ahead = sbs >= kPrefetchSuperBlocks ? kPrefetchSuperBlocks : group * sbs;
-  const char* next = reinterpret_cast<const char*>(block + ahead * Fmt::kBytes);
-  for (int64_t line = 0; line < Fmt::kBytes + 64; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+  prefetch_lines<Fmt>(block + ahead * Fmt::kBytes);
 }
 
 struct SuperBlock {

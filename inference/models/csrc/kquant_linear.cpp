@@ -1,6 +1,6 @@
-// The kquant_linear, kquant_integer_linear and kquant_dequantize ops: a GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS rows as the file stores them
-// (formats in kquant_formats.h and kquant_levels.h; the bf16 kernels in q4_kernels.h and block_gemm.h, the
-// integer ones for decoding rows in kquant_int8.h and kquant_int16.h; see q4_decode.py).
+// The kquant_linear, kquant_integer_linear and kquant_dequantize ops: a GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS
+// rows as the file stores them (formats in kquant_formats.h and kquant_levels.h; the bf16 kernels in
+// q4_kernels.h and block_gemm.h, the integer ones for decoding rows in kquant_integer.h; see q4_decode.py).
 #include <torch/library.h>
 
 #include "block_gemm.h"
@@ -43,8 +43,10 @@ at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kin
   const auto* xs = reinterpret_cast<const uint16_t*>(xc.data_ptr());
   const auto* q = raw.data_ptr<uint8_t>();
   TORCH_CHECK(activations >= kBf16 && activations <= kInt16, "activations must be 0 (bf16), 1 (int8) or 2 (int16)");
-  if (activations != kBf16 && !batch) return integer_linear(xs, q, kind, activations, amx ? IntegerPath::kAuto : IntegerPath::kRegisters, bias, rows,
-                                                          k, n);
+  if (activations != kBf16 && !batch) {
+    const IntegerPath path = amx ? IntegerPath::kAuto : IntegerPath::kRegisters;
+    return integer_linear(xs, q, kind, activations, path, bias, rows, k, n);
+  }
   return with_format(kind, [&](auto format) {
     return linear_rows<decltype(format)>(xc, xs, q, nullptr, bias, n, amx, batch);
   });

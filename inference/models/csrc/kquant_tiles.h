@@ -124,8 +124,7 @@ MOONCAKE_TILE_CODE void expand_stage(const uint8_t* raw, const WideIndex<Fmt>& i
     const uint8_t* block = raw + ((first + r) * sbs + sb) * Fmt::kBytes;
     // The same super-block of the next group (the rows after these 16, the next this thread takes): at 16
     // rows a group's sums outlast its reads, so the stream runs a whole group ahead.
-    const char* next = reinterpret_cast<const char*>(block + 16 * sbs * Fmt::kBytes);
-    for (int64_t line = 0; line < Fmt::kBytes + 64; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+    prefetch_lines<Fmt>(block + 16 * sbs * Fmt::kBytes);
     stage->blocks[r] = Fmt::decode(block);
     if constexpr (Fmt::kMins) _mm512_store_si512(stage->scales[r], stage->blocks[r].scales);
     if constexpr (Fmt::kSigned) {
