@@ -44,6 +44,7 @@ HEADERS = [
     CSRC / "block_gemm.h",
     CSRC / "kquant_formats.h",
     CSRC / "kquant_levels.h",
+    CSRC / "kquant_four_rows.h",
     CSRC / "kquant_int8.h",
     CSRC / "kquant_int16.h",
     CSRC / "kquant_tiles.h",
@@ -56,6 +57,8 @@ _FLAGS = [
     "-O3",
     "-fopenmp",
     "-mf16c",
+    "-mfma",
+    "-ffp-contract=off",  # FMAs only where the code asks for one: the kernels pin their rounding
     "-mavx512f",
     "-mavx512bw",
     "-mavx512vl",

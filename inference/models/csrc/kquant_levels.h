@@ -55,10 +55,12 @@ struct Q4KLevels {
             half_at(block + 2)};
   }
   // Pair p's 64 levels in the weights' order: sub-block 2p in the low nibbles, 2p + 1 in the high ones.
+  // The 32 bytes in both halves, the high half shifted down by 4: two instructions past the load.
   static __m512i levels(const uint8_t* block, int p) {
-    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + p * 32));
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
-    return join(_mm256_and_si256(bytes, nibble), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble));
+    const __m512i bytes =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + p * 32)));
+    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(bytes, shifts), _mm512_set1_epi8(0x0F));
   }
 };
 
@@ -97,20 +99,18 @@ struct Q6KLevels {
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
     return {_mm512_castsi256_si512(_mm256_cvtepi8_epi16(scales)), half_at(block + 208), 0.0f};
   }
+  // Pair p: ql's 64 bytes (the low 4 bits, shifted down by 4 for odd p) and qh's 32 bytes in both halves,
+  // whose bits 0-1 (low half) and 2-3 (high half), or 4-5 and 6-7 for odd p, become bits 4-5.
   static __m512i levels(const uint8_t* block, int p) {
     const int half = p / 2, upper = p % 2;
-    const uint8_t* ql = block + 64 * half;
-    const uint8_t* qh = block + 128 + 32 * half;
-    const __m256i nibble = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30);
     const __m128i shift = _mm_cvtsi32_si128(4 * upper);
-    const __m256i la =
-        _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql)), shift), nibble);
-    const __m256i lb = _mm256_and_si256(
-        _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32)), shift), nibble);
-    const __m256i h = _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)), shift);
-    const __m256i ha = _mm256_and_si256(_mm256_slli_epi16(h, 4), two_bits);
-    const __m256i hb = _mm256_and_si256(_mm256_slli_epi16(h, 2), two_bits);
-    return join(_mm256_or_si256(la, ha), _mm256_or_si256(lb, hb));
+    const __m512i low = _mm512_and_si512(_mm512_srl_epi16(_mm512_loadu_si512(block + 64 * half), shift),
+                                         _mm512_set1_epi8(0x0F));
+    const __m512i qh =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 128 + 32 * half)));
+    const __m512i up = _mm512_sllv_epi16(_mm512_srl_epi16(qh, shift),
+                                         _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1));
+    return _mm512_or_si512(low, _mm512_and_si512(up, _mm512_set1_epi8(0x30)));
   }
 };
 

@@ -51,12 +51,18 @@ def test_the_tiles_give_the_registers_bits_at_every_row_count(
         assert torch.equal(tiles, registers), f"{rows} rows"
 
 
-def extreme_blocks(type_name: str, out_features: int, in_features: int) -> KQuantBlocks:
-    """Every level and sub-block scale at its largest magnitude, so the integer sums reach their bounds."""
+def extreme_blocks(
+    type_name: str, out_features: int, in_features: int, top_levels: bool = False
+) -> KQuantBlocks:
+    """Every level and sub-block scale at its largest magnitude, so the integer sums reach their bounds.
+    Q6_K has two extremes: levels 0 (the centred weight's largest, -32) and 63 (the raw level's largest,
+    which the register kernel multiplies before taking the centre back)."""
     half = np.array([0.01], dtype=np.float16).view(np.uint8)
     size = KQUANT_BYTES[type_name]
     blocks = np.zeros((out_features, in_features // 256, size), dtype=np.uint8)
-    if type_name == "Q6_K":  # levels 0 (0 - 32), scales -128: |w| = 4096
+    if type_name == "Q6_K":  # levels 0 (0 - 32) or 63, scales -128: |w| = 4096 or 3968
+        if top_levels:
+            blocks[..., 0:192] = 0xFF
         blocks[..., 192:208] = 0x80
         blocks[..., 208:210] = half
     elif type_name == "IQ4_XS":  # index 0 (-127), scale 0 - 32
@@ -69,11 +75,12 @@ def extreme_blocks(type_name: str, out_features: int, in_features: int) -> KQuan
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))
-@pytest.mark.parametrize("type_name", KQUANTS)
+@pytest.mark.parametrize("type_name", [*KQUANTS, "Q6_K top levels"])
 def test_sums_at_their_bounds_stay_exact(type_name: str, width: str) -> None:
     """Activations at +-amax on every value: every partial sum of either path at its largest. Both still
     equal the exact product within one bf16 rounding, and each other to the bit."""
-    blocks = extreme_blocks(type_name, 20, 1024)
+    top_levels = type_name.endswith("top levels")
+    blocks = extreme_blocks(type_name.split()[0], 20, 1024, top_levels)
     x = torch.ones(6, 1024, dtype=torch.bfloat16)
     x[1] = -1
     x[2, ::2] = -1
