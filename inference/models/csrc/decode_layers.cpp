@@ -77,6 +77,7 @@ struct Scratch {
 void project(const bf16* x, const Projection& projection, bf16* out, int64_t rows, int64_t k, bool amx,
              int64_t activations, Scratch& scratch) {
   bool permuted = false;
+  IntegerActivations integer_x(bits(x), rows, k, activations);
   int64_t column = 0;
   for (const Part& part : projection.parts) {
     const int64_t n = part.weight->size(0);
@@ -92,7 +93,7 @@ void project(const bf16* x, const Projection& projection, bf16* out, int64_t row
         multiply<Q4Format>(scratch.xp.data(), q, dm, y, rows, k, n, amx);
       }
     } else {
-      integer_multiply(bits(x), q, part.kind, activations, IntegerPath::kAuto, y, rows, k, n);
+      integer_multiply(integer_x, q, part.kind, IntegerPath::kAuto, y, n);
     }
     for (int64_t m = 0; m < rows; ++m) {
       bf16* row = out + m * projection.n + column;

@@ -36,10 +36,15 @@ struct Quantized16 {
   std::vector<int8_t> hi, lo;
 };
 
-inline Quantized16 quantize_rows16(const uint16_t* x, int64_t rows, int64_t k) {
+// With `bytes`, also hi, lo and sums16, which only the register kernels read.
+inline Quantized16 quantize_rows16(const uint16_t* x, int64_t rows, int64_t k, bool bytes) {
   Quantized16 out{std::vector<int16_t>(rows * k), std::vector<float>(rows * k / 256),
-                  std::vector<int32_t>(rows * k / 32), std::vector<int32_t>(rows * k / 16),
-                  std::vector<int8_t>(rows * k), std::vector<int8_t>(rows * k)};
+                  std::vector<int32_t>(rows * k / 32), {}, {}, {}};
+  if (bytes) {
+    out.sums16.resize(rows * k / 16);
+    out.hi.resize(rows * k);
+    out.lo.resize(rows * k);
+  }
   for (int64_t sb = 0; sb < rows * k / 256; ++sb) {
     const uint16_t* src = x + sb * 256;
     __m512 v[16];
@@ -58,6 +63,11 @@ inline Quantized16 quantize_rows16(const uint16_t* x, int64_t rows, int64_t k) {
       const int64_t at = sb * 256 + i * 16;
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + at), _mm512_cvtsepi32_epi16(q0));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + at + 16), _mm512_cvtsepi32_epi16(q1));
+      const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
+      out.sums[sb * 8 + i / 2] = s0 + s1;
+      if (!bytes) continue;
+      out.sums16[sb * 16 + i] = s0;
+      out.sums16[sb * 16 + i + 1] = s1;
       const __m512i low7 = _mm512_set1_epi32(127);
       const auto store = [](int8_t* dst, __m512i values) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(values));
@@ -66,9 +76,6 @@ inline Quantized16 quantize_rows16(const uint16_t* x, int64_t rows, int64_t k) {
       store(out.hi.data() + at + 16, _mm512_srai_epi32(q1, 7));
       store(out.lo.data() + at, _mm512_and_si512(q0, low7));
       store(out.lo.data() + at + 16, _mm512_and_si512(q1, low7));
-      out.sums16[sb * 16 + i] = _mm512_reduce_add_epi32(q0);
-      out.sums16[sb * 16 + i + 1] = _mm512_reduce_add_epi32(q1);
-      out.sums[sb * 8 + i / 2] = out.sums16[sb * 16 + i] + out.sums16[sb * 16 + i + 1];
     }
   }
   return out;
@@ -255,9 +262,9 @@ inline void int16_rows(const uint8_t* raw, const Quantized16& xq, const WideInde
 }
 
 // y [rows, n] fp32 = quantized x @ W^T (integer_groups' grouping).
+// xq from quantize_rows16 with its bytes.
 template <class Fmt>
-void int16_multiply(const uint16_t* xs, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n) {
-  const Quantized16 xq = quantize_rows16(xs, rows, k);
+void int16_multiply(const Quantized16& xq, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n) {
   if constexpr (Fmt::kSigned) {
     const WideIndex<Fmt> index;
     integer_groups(rows, n, [&](auto m, auto r, int64_t m0, int64_t row) {

@@ -113,8 +113,7 @@ inline void int8_rows(const uint8_t* raw, const QuantizedRows& xq, const PairInd
 
 // y [rows, n] fp32 = quantized x @ W^T (integer_groups' grouping).
 template <class Fmt>
-void int8_multiply(const uint16_t* xs, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n) {
-  const QuantizedRows xq = quantize_rows(xs, rows, k);
+void int8_multiply(const QuantizedRows& xq, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n) {
   const PairIndex<Fmt> index;
   integer_groups(rows, n, [&](auto m, auto r, int64_t m0, int64_t row) {
     int8_rows<Fmt, decltype(m)::value, decltype(r)::value>(raw, xq, index, y, m0, row, k, n);

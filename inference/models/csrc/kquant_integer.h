@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "kquant_formats.h"
 #include "kquant_int16.h"
@@ -59,19 +60,63 @@ inline int64_t checked_rows(const at::Tensor& raw, int64_t kind, int64_t k) {
   return raw.size(0);
 }
 
-// y [rows, n] fp32 = x [rows, k] (bf16 bits) @ W^T, the activations quantized per super-block (int8 or int16).
-inline void integer_multiply(const uint16_t* xs, const uint8_t* q, int64_t kind, int64_t activations,
-                             IntegerPath path, float* ys, int64_t rows, int64_t k, int64_t n) {
-  const bool tiles = path == IntegerPath::kTiles ||
-                     (path == IntegerPath::kAuto && rows >= kIntegerTileRows && amx_int8_available());
+// One input's activation rows (bf16 bits), quantized on first use in the form the kernel that reads them
+// needs and kept for the next matrix with the same input: a projection's parts (q, k and v; gate and up)
+// quantize and lay out their input once. int8 or int16 (`activations`), per super-block.
+class IntegerActivations {
+ public:
+  IntegerActivations(const uint16_t* xs, int64_t rows, int64_t k, int64_t activations)
+      : xs_(xs), rows_(rows), k_(k), activations_(activations) {}
+
+  int64_t rows() const { return rows_; }
+  int64_t k() const { return k_; }
+  bool wide() const { return activations_ == kInt16; }
+  bool on_tiles(IntegerPath path) const {
+    return path == IntegerPath::kTiles ||
+           (path == IntegerPath::kAuto && rows_ >= kIntegerTileRows && amx_int8_available());
+  }
+  const QuantizedRows& narrow_rows() {
+    if (!narrow_) narrow_ = quantize_rows(xs_, rows_, k_);
+    return *narrow_;
+  }
+  const Quantized16& wide_rows() {
+    if (!wide_) wide_ = quantize_rows16(xs_, rows_, k_, true);
+    return *wide_;
+  }
+  const TileActivations& tile_layout() {
+    if (!tiles_) {
+      if (wide()) {
+        const Quantized16 q = quantize_rows16(xs_, rows_, k_, false);
+        tiles_ = tile_activations(q.q.data(), nullptr, q.d.data(), rows_, k_);
+      } else {
+        const QuantizedRows& q = narrow_rows();
+        tiles_ = tile_activations(nullptr, q.q.data(), q.d.data(), rows_, k_);
+      }
+    }
+    return *tiles_;
+  }
+
+ private:
+  const uint16_t* xs_;
+  int64_t rows_, k_, activations_;
+  std::optional<QuantizedRows> narrow_;
+  std::optional<Quantized16> wide_;
+  std::optional<TileActivations> tiles_;
+};
+
+// y [rows, n] fp32 = x @ W^T for the K-quant matrix q ([n, k]) of type `kind`.
+inline void integer_multiply(IntegerActivations& x, const uint8_t* q, int64_t kind, IntegerPath path, float* ys,
+                             int64_t n) {
+  const bool tiles = x.on_tiles(path);
+  const int64_t rows = x.rows(), k = x.k();
   with_levels(kind, [&](auto levels) {
     using Levels = decltype(levels);
     if (tiles) {
-      tile_multiply<Levels>(xs, q, ys, rows, k, n, activations == kInt16);
-    } else if (activations == kInt8) {
-      int8_multiply<Levels>(xs, q, ys, rows, k, n);
+      tile_multiply<Levels>(x.tile_layout(), q, ys, rows, k, n, x.wide());
+    } else if (x.wide()) {
+      int16_multiply<Levels>(x.wide_rows(), q, ys, rows, k, n);
     } else {
-      int16_multiply<Levels>(xs, q, ys, rows, k, n);
+      int8_multiply<Levels>(x.narrow_rows(), q, ys, rows, k, n);
     }
   });
 }

@@ -14,7 +14,8 @@ namespace {
 at::Tensor integer_linear(const uint16_t* xs, const uint8_t* q, int64_t kind, int64_t activations, IntegerPath path,
                           const c10::optional<at::Tensor>& bias, int64_t rows, int64_t k, int64_t n) {
   auto y = at::empty({rows, n}, at::TensorOptions().dtype(at::kFloat));
-  integer_multiply(xs, q, kind, activations, path, y.data_ptr<float>(), rows, k, n);
+  IntegerActivations x(xs, rows, k, activations);
+  integer_multiply(x, q, kind, path, y.data_ptr<float>(), n);
   if (bias.has_value() && bias->defined()) y.add_(bias->to(at::kFloat));
   return y.to(at::kBFloat16);
 }

@@ -18,6 +18,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+#include <atomic>
+#include <cstdio>
+#include <x86intrin.h>
 #include <vector>
 
 #include "amx_tiles.h"
@@ -177,13 +181,18 @@ MOONCAKE_TILE_CODE void finish_stage(const Stage& stage, const TileActivations& 
       hi_part = _mm512_add_epi32(_mm512_slli_epi32(hi_part, 7), _mm512_load_si512(c[3][r]));
       lo_part = _mm512_add_epi32(_mm512_slli_epi32(lo_part, 7), _mm512_load_si512(c[1][r]));
     }
-    const __m512i t0 = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi_part)), 8),
-                                        _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo_part)));
-    const __m512i t1 =
-        _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi_part, 1)), 8),
-                         _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo_part, 1)));
-    const __m512 total =
-        _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtepi64_ps(t0)), _mm512_cvtepi64_ps(t1), 1);
+    __m512 total;
+    if constexpr (std::is_same_v<Fmt, Q4KLevels>) {  // |T| <= 256 * 945 * 8191 < 2^31
+      total = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi_part, 8), lo_part));
+    } else {
+      const __m512i t0 =
+          _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi_part)), 8),
+                           _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo_part)));
+      const __m512i t1 =
+          _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi_part, 1)), 8),
+                           _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo_part, 1)));
+      total = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtepi64_ps(t0)), _mm512_cvtepi64_ps(t1), 1);
+    }
     out[r] = _mm512_fmadd_ps(total, _mm512_mul_ps(dx, _mm512_set1_ps(stage.blocks[r].d)), out[r]);
     if constexpr (Fmt::kMins) {  // sum of m_j * (x's sum over j), two sub-blocks per multiply-add
       const auto* pairs = reinterpret_cast<const uint32_t*>(stage.scales[r] + 8);
@@ -228,18 +237,11 @@ MOONCAKE_TILE_CODE void tile_group(const uint8_t* raw, const TileActivations& x,
   }
 }
 
-// y [rows, n] fp32 = quantized x @ W^T for 1-16 rows, as int8_multiply / int16_multiply compute it.
+// y [rows, n] fp32 = quantized x @ W^T for 1-16 rows, as int8_multiply / int16_multiply compute it; x laid
+// out by tile_activations (wide: int16 activations).
 template <class Fmt>
-void tile_multiply(const uint16_t* xs, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n,
+void tile_multiply(const TileActivations& x, const uint8_t* raw, float* y, int64_t rows, int64_t k, int64_t n,
                    bool wide) {
-  TileActivations x;
-  if (wide) {
-    const Quantized16 q = quantize_rows16(xs, rows, k);
-    x = tile_activations(q.q.data(), nullptr, q.d.data(), rows, k);
-  } else {
-    const QuantizedRows q = quantize_rows(xs, rows, k);
-    x = tile_activations(nullptr, q.q.data(), q.d.data(), rows, k);
-  }
   const WideIndex<Fmt> index;
   const ScaleBytes<Fmt> bytes;
   at::parallel_for(0, (n + 15) / 16, 4, [&](int64_t begin, int64_t end) {
