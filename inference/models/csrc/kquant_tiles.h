@@ -7,10 +7,12 @@
 // Weights are the A operand, 16 rows at a time, in their own order. Each weight's integer product with its
 // sub-block's scale, w = sc * (level - centre) (|w| <= 4096), is split into a low (unsigned) and a high
 // (signed) byte, so the scales ride in the tile product and each C tile sums a whole super-block:
-// T = 256 * (high part) + (low part). The activations are B, laid out once per call
-// (kquant_tile_activations.h); int16 ones (a = 128 * hi + lo) take two int8 tiles. A super-block thus costs
-// 4 tile products per 64 weights with int16 activations (2 with int8), and AVX-512 only expands the weights
-// and applies the fp32 factors; every partial sum stays inside int32, and T is joined in int64.
+// T = 256 * (high part) + (low part). Q4_K splits the scale instead, sc = 16 * (sc >> 4) + (sc & 15): each
+// part times a level fits a byte, one vpmullw per plane, and T = 16 * high + low. The activations are B,
+// laid out once per input (kquant_tile_activations.h); int16 ones (a = 128 * hi + lo) take two int8 tiles.
+// A super-block thus costs 4 tile products per 64 weights with int16 activations (2 with int8), and AVX-512
+// only expands the weights and applies the fp32 factors; every partial sum stays inside int32, and T is
+// joined in int64 (Q4_K's, below 2^31, in int32).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -19,9 +21,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <atomic>
-#include <cstdio>
-#include <x86intrin.h>
 #include <vector>
 
 #include "amx_tiles.h"
@@ -63,11 +62,15 @@ MOONCAKE_TILE_CODE inline __m512i byte_halves(__m512i a, __m512i b, bool high) {
 template <class Fmt>
 struct ScaleBytes {
   __m512i index[4];
+  __m512i words[4];  // the same per int16 lane (the lane's two bytes share a sub-block)
   ScaleBytes() {
     for (int p = 0; p < 4; ++p) {
       alignas(64) uint8_t idx[64];
+      alignas(64) int16_t word_idx[32];
       for (int b = 0; b < 64; ++b) idx[b] = static_cast<uint8_t>((p * 64 + b) / Fmt::kWeightsPerScale);
+      for (int w = 0; w < 32; ++w) word_idx[w] = static_cast<int16_t>((p * 64 + 2 * w) / Fmt::kWeightsPerScale);
       index[p] = _mm512_load_si512(idx);
+      words[p] = _mm512_load_si512(word_idx);
     }
   }
 };
@@ -79,6 +82,20 @@ constexpr __mmask64 kOddBytes = 0xAAAAAAAAAAAAAAAAull;
 template <class Fmt>
 MOONCAKE_TILE_CODE inline void unsigned_products(const uint8_t* block, const SuperBlock& decoded,
                                                  const ScaleBytes<Fmt>& bytes, uint8_t* low, int8_t* high) {
+  if constexpr (std::is_same_v<Fmt, Q4KLevels>) {
+    // Q4_K: sc = 16 * (sc >> 4) + (sc & 15), each part times a level (<= 15) fits a byte, so vpmullw on a
+    // lane's two levels gives both weights' products in weight order, no carry between them: w = 16 * high
+    // + low, high <= 45 and low <= 225.
+    const __m512i low_scales = _mm512_and_si512(decoded.scales, _mm512_set1_epi16(15));
+    const __m512i high_scales = _mm512_srli_epi16(decoded.scales, 4);
+    for (int p = 0; p < 4; ++p) {
+      const __m512i levels = Fmt::levels(block, p);
+      const __m512i which = bytes.words[p];
+      _mm512_store_si512(low + p * 64, _mm512_mullo_epi16(levels, _mm512_permutexvar_epi16(which, low_scales)));
+      _mm512_store_si512(high + p * 64, _mm512_mullo_epi16(levels, _mm512_permutexvar_epi16(which, high_scales)));
+    }
+    return;
+  }
   const __m256i scales8 = _mm512_cvtepi16_epi8(decoded.scales);  // every type's scales fit int8
   const __m512i scales = _mm512_castsi256_si512(scales8);
   for (int p = 0; p < 4; ++p) {
@@ -113,7 +130,8 @@ MOONCAKE_TILE_CODE inline void signed_products(const uint8_t* block, const Super
 }
 
 // One super-block of a group's 16 weight rows, ready for the tiles: each weight's integer product
-// w = sc * (level - centre) (|w| <= 4096) as 256 * high + low bytes, and the rows' decoded factors.
+// w = sc * (level - centre) (|w| <= 4096) as 256 * high + low bytes (Q4_K: 16 * high + low), and the rows'
+// decoded factors.
 struct Stage {
   alignas(64) uint8_t low[16][256];
   alignas(64) int8_t high[16][256];
@@ -175,15 +193,16 @@ MOONCAKE_TILE_CODE void finish_stage(const Stage& stage, const TileActivations& 
                                      const int32_t (*c)[16][16], __m512* out) {
   const __m512 dx = _mm512_loadu_ps(x.dx.data() + sb * 16);
   for (int r = 0; r < live; ++r) {
-    // T = 256 * high part + low part; with int16 activations each part is 128 * (x hi) + (x lo).
+    // T = 256 * high part + low part (Q4_K: 16 * high + low); with int16 activations each part is
+    // 128 * (x hi) + (x lo).
     __m512i hi_part = _mm512_load_si512(c[2][r]), lo_part = _mm512_load_si512(c[0][r]);
     if constexpr (kWide) {
       hi_part = _mm512_add_epi32(_mm512_slli_epi32(hi_part, 7), _mm512_load_si512(c[3][r]));
       lo_part = _mm512_add_epi32(_mm512_slli_epi32(lo_part, 7), _mm512_load_si512(c[1][r]));
     }
     __m512 total;
-    if constexpr (std::is_same_v<Fmt, Q4KLevels>) {  // |T| <= 256 * 945 * 8191 < 2^31
-      total = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi_part, 8), lo_part));
+    if constexpr (std::is_same_v<Fmt, Q4KLevels>) {  // T = 16 * high + low; |T| <= 256 * 945 * 8191 < 2^31
+      total = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi_part, 4), lo_part));
     } else {
       const __m512i t0 =
           _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi_part)), 8),
