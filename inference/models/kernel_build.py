@@ -51,6 +51,7 @@ HEADERS = [
     CSRC / "kquant_integer.h",
     CSRC / "kquant_tile_activations.h",
     CSRC / "bf16_lanes.h",
+    CSRC / "transpose16.h",
     CSRC / "amx_tiles.h",
 ]
 _FLAGS = [

@@ -13,6 +13,7 @@
 #include "kquant_int16.h"
 #include "kquant_int8.h"
 #include "kquant_tiles.h"
+#include "q4_kernels.h"
 
 namespace mooncake_q4 {
 

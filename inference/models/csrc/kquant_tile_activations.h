@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "block_gemm.h"
+#include "transpose16.h"
 
 namespace mooncake_q4 {
 

@@ -249,6 +249,13 @@ MOONCAKE_TILE_CODE void tile_group(const uint8_t* raw, const TileActivations& x,
     multiply_stage<kWide>(stage, x, sb, c);
     finish_stage<Fmt, kWide>(stage, x, sb, live, c, out);
   }
+  if (live == 16) {  // out[r] holds weight row r's 16 activation rows: transposed, one store per row of y
+    __m512i words[16];
+    for (int r = 0; r < 16; ++r) words[r] = _mm512_castps_si512(out[r]);
+    transpose16(words);
+    for (int64_t m = 0; m < rows; ++m) _mm512_storeu_si512(y + m * n + n0, words[m]);
+    return;
+  }
   alignas(64) float lanes[16];
   for (int r = 0; r < live; ++r) {
     _mm512_store_ps(lanes, out[r]);

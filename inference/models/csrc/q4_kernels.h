@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "amx_tiles.h"
+#include "transpose16.h"
 
 namespace mooncake_q4 {
 
@@ -195,6 +196,13 @@ void amx_groups(const uint8_t* levels, const uint16_t* dm, const uint32_t* bt, f
       }
     }
     _tile_stored(0, c, 64);
+    if (n0 + 16 <= n) {  // c[r][m] transposed: one store per row of y instead of 16 scattered ones
+      __m512i words[16];
+      for (int r = 0; r < 16; ++r) words[r] = _mm512_load_si512(c + r * 16);
+      transpose16(words);
+      for (int64_t m = 0; m < rows; ++m) _mm512_storeu_si512(y + m * n + n0, words[m]);
+      continue;
+    }
     for (int r = 0; r < 16 && n0 + r < n; ++r)
       for (int64_t m = 0; m < rows; ++m) y[m * n + n0 + r] = c[r * 16 + m];
   }
