@@ -118,12 +118,17 @@ class EngineConfig:
     # Where converted GGUFs and the compiled decode kernel live (a private 0700 folder); None: ./var/cache.
     cache_dir: str | None = None
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: every core we may run on
-    q4_decode: bool = True  # bf16 CPU models from a GGUF read small decode batches from its Q4 blocks
+    # CPU models from a GGUF read its blocks as stored: bf16 ones (AVX512-BF16) for decoding rows, fp32 ones
+    # with dtype auto (AVX2 CPUs) for every batch (inference/models/avx2_blocks.py)
+    q4_decode: bool = True
     q4_amx: bool = False  # that kernel on AMX tiles at every row count (else registers; both invariant)
-    kquant_activations: str = "int16"  # K-quant decoding rows: one of KQUANT_ACTIVATIONS
+    # K-quant decoding rows: one of KQUANT_ACTIVATIONS; on AVX2 CPUs, every block row ("int8": llama.cpp's
+    # int8, else 14 bits)
+    kquant_activations: str = "int16"
     # Keep a dense bf16 copy of the projections a GGUF stores in blocks the kernels read (2 bytes per weight
     # more), which prompts and batches past 16 rows then multiply with. None: only where the CPU lacks AMX
     # (there the blocks' batch path runs in registers, several times slower than oneDNN's dense kernels).
+    # On AVX2 CPUs, true means the dense fp32 model (4 bytes per weight) and no blocks; None is false.
     gguf_dense_copy: bool | None = None
     kernel_compiler: str = "c++"  # compiles that kernel when it was not built at install time
     # Folders a model source must really (symlinks followed) lie in at load; None: anywhere. "default"

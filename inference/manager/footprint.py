@@ -50,6 +50,7 @@ class DeviceFacts:
     auto_dtype_bytes: int
     block_kernels: bool = False  # the CPU runs the GGUF block kernels (AVX512-BF16)
     amx: bool = False  # and has AMX tiles (where a model keeps no dense copy by default)
+    avx2_blocks: bool = False  # fp32 models with dtype "auto" read a GGUF's blocks (avx2_blocks.py)
 
 
 def probe_device(device: str = "auto") -> DeviceFacts:
@@ -64,11 +65,12 @@ def probe_device(device: str = "auto") -> DeviceFacts:
         index = torch.device(device if device.startswith("cuda") else "cuda").index or 0
         free, total = torch.cuda.mem_get_info(index)
         return DeviceFacts("cuda", int(total), int(free), 2)  # "auto": bf16 or fp16, 2 bytes either way
-    from inference.models.kernel_build import cpu_supported
+    from inference.models.kernel_build import avx2_supported, cpu_supported
     from inference.models.tile_linear import cpu_has_amx
 
     auto = 2 if fast_bf16_cpu() else 4
-    return DeviceFacts("cpu", int(ram.total), int(ram.available), auto, cpu_supported(), cpu_has_amx())
+    avx2 = auto == 4 and avx2_supported()
+    return DeviceFacts("cpu", int(ram.total), int(ram.available), auto, cpu_supported(), cpu_has_amx(), avx2)
 
 
 def read_shape(path: Path) -> ModelShape:
@@ -147,14 +149,19 @@ def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, devic
 def _weight_bytes(config: EngineConfig, shape: ModelShape, device: DeviceFacts, elem: int) -> int:
     """quantization "gguf" keeps the file's 4-bit blocks as the weights. A bf16 CPU model from a GGUF keeps
     the blocks its kernels read, and its other weights in bf16: the block-read projections too where it
-    keeps a dense copy of them (gguf_dense_copy; by default only where the CPU lacks AMX)."""
+    keeps a dense copy of them (gguf_dense_copy; by default only where the CPU lacks AMX). So does an fp32 one
+    whose dtype is "auto" on a CPU without AVX512-BF16, unless it asks for the dense copy (then it is the
+    dense fp32 model)."""
     if config.quantization == "gguf":
         return shape.file_bytes
     dense = shape.num_params * elem
-    reads_blocks = device.kind == "cpu" and elem == 2 and config.q4_decode and device.block_kernels
+    bf16_blocks = elem == 2 and device.block_kernels
+    fp32_blocks = elem == 4 and config.dtype == "auto" and device.avx2_blocks and not config.gguf_dense_copy
+    reads_blocks = device.kind == "cpu" and config.q4_decode and (bf16_blocks or fp32_blocks)
     if not reads_blocks or shape.block_bytes == 0:
         return dense
-    dense_copy = config.gguf_dense_copy if config.gguf_dense_copy is not None else not device.amx
+    default_copy = bf16_blocks and not device.amx
+    dense_copy = config.gguf_dense_copy if config.gguf_dense_copy is not None else default_copy
     return dense + shape.block_bytes - (0 if dense_copy else shape.block_params * elem)
 
 

@@ -91,7 +91,10 @@ def _weights(found: ModelFile, config: EngineConfig, device: DeviceFacts) -> str
         dtype = "bfloat16" if device.auto_dtype_bytes == 2 else "float32"
     if config.quantization == "gguf" and found.block_types & INT4_TYPES:
         return GGUF_BLOCKS
-    if dtype == "bfloat16" and config.q4_decode and device.block_kernels and found.block_types:
+    bf16_blocks = dtype == "bfloat16" and device.block_kernels
+    fp32_blocks = config.dtype == "auto" and dtype == "float32" and device.avx2_blocks  # avx2_blocks.py
+    fp32_blocks = fp32_blocks and not config.gguf_dense_copy
+    if config.q4_decode and found.block_types and (bf16_blocks or fp32_blocks):
         return GGUF_BLOCKS
     return _DENSE[dtype]
 

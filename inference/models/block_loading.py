@@ -20,8 +20,8 @@ from torch import nn
 from inference.models.decoder import DecoderForCausalLM
 from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks, row_slice
 from inference.models.layers import Linear
-from inference.models.linear_method import GGUFBlocksMethod
-from inference.models.q4_decode import Q4Kernel, decode_weights, dequantized_bf16, eligible
+from inference.models.linear_method import BlockKernel, GGUFBlocksMethod
+from inference.models.q4_decode import decode_weights, dequantized_bf16, eligible
 
 
 class BlocksDisagree(ValueError):
@@ -75,7 +75,9 @@ class BlockOnlyLoad:
         self.checked.add(name)
         return True
 
-    def attach(self, model: DecoderForCausalLM, kernel: Q4Kernel, *, parsed: dict[str, BlockMatrix]) -> None:
+    def attach(
+        self, model: DecoderForCausalLM, kernel: BlockKernel, *, parsed: dict[str, BlockMatrix]
+    ) -> None:
         """Each planned projection reads its blocks from now on (call after load_weights). Once one is in the
         kernels' layout, its parsed blocks are dropped from here and from `parsed` (GGUFBlocks.linears), so
         loading never holds the blocks twice over."""

@@ -84,7 +84,9 @@ class FusedDecode:
                 norms.append(norm.weight.detach().contiguous())
             for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
                 method = linear.method
-                if not isinstance(method, GGUFDecodeMethod) or (kernel and method.kernel != kernel):
+                if not isinstance(method, GGUFDecodeMethod) or not isinstance(method.kernel, Q4Kernel):
+                    return None  # the fp32 AVX2 kernel (avx2_blocks.py) keeps the module path
+                if kernel and method.kernel != kernel:
                     return None
                 kernel = method.kernel
                 if not all(_fusable(part, kernel) for part in method.parts):

@@ -1,5 +1,6 @@
 """Compile the native CPU kernels (csrc/: q4_linear, kquant_linear, the fused decode_layers,
-prompt_attention) into the cache's kernels/.
+prompt_attention) into the cache's kernels/; on CPUs with AVX2 but not AVX512-BF16, only the fp32 block
+kernels of csrc/avx2_blocks.cpp (AVX2_LIBRARY).
 
 `make install` runs this module so a server never spends its first start compiling (about 15 s):
 
@@ -23,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -72,15 +74,34 @@ _FLAGS = [
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class Library:
+    """One shared library: its name's stem, what it is compiled from and with."""
+
+    stem: str
+    sources: tuple[Path, ...]
+    headers: tuple[Path, ...]
+    flags: tuple[str, ...]
+
+
+AVX512_LIBRARY = Library("q4_decode", tuple(SOURCES), tuple(HEADERS), tuple(_FLAGS))
+AVX2_LIBRARY = Library(
+    "avx2_blocks",
+    (CSRC / "avx2_blocks.cpp",),
+    (),
+    ("-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off"),
+)
+
+
 def kernels_dir(cache_dir: Path) -> Path:
     return cache_dir / "kernels"
 
 
-def library_path(cache_dir: Path) -> Path:
+def library_path(cache_dir: Path, library: Library = AVX512_LIBRARY) -> Path:
     """Where the library for this source, these flags and this torch lives."""
-    code = b"".join(path.read_bytes() for path in [*SOURCES, *HEADERS])
-    key = hashlib.sha256(code + " ".join(_FLAGS).encode() + torch.__version__.encode())
-    return kernels_dir(cache_dir) / f"q4_decode-{key.hexdigest()[:16]}.so"
+    code = b"".join(path.read_bytes() for path in [*library.sources, *library.headers])
+    key = hashlib.sha256(code + " ".join(library.flags).encode() + torch.__version__.encode())
+    return kernels_dir(cache_dir) / f"{library.stem}-{key.hexdigest()[:16]}.so"
 
 
 def cpu_supported() -> bool:
@@ -105,19 +126,27 @@ def has_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return "avx512_vnni" in flags or "flags" not in flags
 
 
-def ensure_built(cache_dir: Path, *, compiler: str = "c++") -> Path:
+def avx2_supported() -> bool:
+    """Whether this CPU runs AVX2_LIBRARY's kernels (AVX2, FMA and F16C; every x86-64 CPU since 2013)."""
+    try:
+        return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512", "AMX")
+    except AttributeError:
+        return False
+
+
+def ensure_built(cache_dir: Path, *, compiler: str = "c++", library: Library = AVX512_LIBRARY) -> Path:
     """The checked library, compiled first if missing; OSError (UnsafeCacheError among them) if it cannot
     be built here or must not be trusted."""
     ensure_private_dir(cache_dir)
     ensure_private_dir(kernels_dir(cache_dir))
-    library = library_path(cache_dir)
-    if not library.exists():
-        _compile(library, compiler)
-    check_private(library)
-    return library
+    path = library_path(cache_dir, library)
+    if not path.exists():
+        _compile(path, compiler, library)
+    check_private(path)
+    return path
 
 
-def _compile(library: Path, compiler: str) -> None:
+def _compile(path: Path, compiler: str, library: Library = AVX512_LIBRARY) -> None:
     from torch.utils import cpp_extension
 
     executable = shutil.which(compiler)
@@ -125,30 +154,30 @@ def _compile(library: Path, compiler: str) -> None:
         raise OSError(f"no C++ compiler ({compiler}) on PATH")
     torch_lib = Path(torch.__file__).parent / "lib"
     compile_flags = [
-        *_FLAGS,
+        *library.flags,
         "-fPIC",
         "-std=c++17",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         *(f"-I{path}" for path in cpp_extension.include_paths()),
     ]
     started = time.monotonic()
-    build = Path(tempfile.mkdtemp(prefix=".q4_decode-build-", dir=library.parent))
-    partial = private_temp_file(library.parent, prefix=".q4_decode-", suffix=".so.tmp")
+    build = Path(tempfile.mkdtemp(prefix=f".{library.stem}-build-", dir=path.parent))
+    partial = private_temp_file(path.parent, prefix=f".{library.stem}-", suffix=".so.tmp")
     try:
-        objects = [build / f"{source.stem}.o" for source in SOURCES]
+        objects = [build / f"{source.stem}.o" for source in library.sources]
         # One compiler per source, as many at once as there are cores: each source parses all of ATen's
         # headers, so a single serial invocation took about 50 s of an install here.
         with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
             commands = [
                 [executable, *compile_flags, "-c", str(source), "-o", str(obj)]
-                for source, obj in zip(SOURCES, objects, strict=True)
+                for source, obj in zip(library.sources, objects, strict=True)
             ]
             for result in pool.map(_run, commands):
                 if result.returncode != 0:
                     raise OSError(f"compiling {CSRC.name}/ failed: {result.stderr.strip()[-500:]}")
         link = [
             executable,
-            *_FLAGS,
+            *library.flags,
             "-shared",
             *(str(obj) for obj in objects),
             "-o",
@@ -163,11 +192,11 @@ def _compile(library: Path, compiler: str) -> None:
             raise OSError(f"linking {CSRC.name}/ failed: {result.stderr.strip()[-500:]}")
         # The linker may recreate the output with the umask's mode: settle it before it is trusted.
         os.chmod(partial, 0o700)
-        partial.replace(library)  # atomic: concurrent builds (test workers, servers) never see half a file
+        partial.replace(path)  # atomic: concurrent builds (test workers, servers) never see half a file
     finally:
         partial.unlink(missing_ok=True)
         shutil.rmtree(build, ignore_errors=True)
-    logger.info("Compiled the Q4 decode kernel in %.1fs into %s", time.monotonic() - started, library)
+    logger.info("Compiled the %s kernels in %.1fs into %s", library.stem, time.monotonic() - started, path)
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
@@ -180,16 +209,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cxx", default="c++", help="the C++ compiler (default: c++)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    library = AVX512_LIBRARY
     if not cpu_supported():
-        print("Native kernels: this CPU lacks AVX512-BF16; not building them (bf16 stays on oneDNN)")
-        return 0
+        if not avx2_supported():
+            print("Native kernels: this CPU lacks AVX2; not building them (GGUFs load dequantized)")
+            return 0
+        print("Native kernels: this CPU lacks AVX512-BF16; building the fp32 AVX2 block kernels only")
+        library = AVX2_LIBRARY
     try:
-        library = ensure_built(args.cache_dir, compiler=args.cxx)
+        path = ensure_built(args.cache_dir, compiler=args.cxx, library=library)
     except OSError as exc:
         # Never fails an install: the engine falls back to the dense bf16 weights (or compiles on first use).
         print(f"Q4 decode kernel not built ({exc}); the engine will fall back at run time")
         return 0
-    print(f"Q4 decode kernel: {library}")
+    print(f"Native kernels: {path}")
     return 0
 
 

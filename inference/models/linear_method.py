@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from inference.models.gguf_blocks import BlockMatrix, Q4Blocks
 from inference.models.int4 import Int4Weight, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
-from inference.models.q4_decode import BlockWeight, Q4Kernel, decode_weights, eligible, matches
+from inference.models.q4_decode import BlockWeight, decode_weights, eligible, matches
 from inference.models.tile_linear import TileWeight, pack_tiles, tile_linear
 
 
@@ -101,6 +101,21 @@ class Int4Method(LinearMethod):
         return self.weight.nbytes()
 
 
+class BlockKernel(Protocol):
+    """Multiplies activations with a GGUF's blocks: q4_decode.Q4Kernel (bf16, AVX512) or
+    avx2_blocks.Avx2Kernel (fp32, AVX2)."""
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows `linear` takes; more go to `batch_linear` (or the dense copy)."""
+
+    def linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor: ...
+
+    def batch_linear(
+        self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None
+    ) -> torch.Tensor: ...
+
+
 _blocks_allowed: ContextVar[bool] = ContextVar("blocks_for_small_batches", default=True)
 
 
@@ -125,7 +140,9 @@ class GGUFDecodeMethod(LinearMethod):
 
     name = "gguf-decode"
 
-    def __init__(self, parts: Sequence[BlockWeight], kernel: Q4Kernel, fallback: LinearMethod | None) -> None:
+    def __init__(
+        self, parts: Sequence[BlockWeight], kernel: BlockKernel, fallback: LinearMethod | None
+    ) -> None:
         self.parts, self.kernel, self.fallback = list(parts), kernel, fallback
 
     @property
@@ -157,7 +174,7 @@ class GGUFBlocksMethod(GGUFDecodeMethod):
 
     name = "gguf-blocks"
 
-    def __init__(self, parts: Sequence[BlockWeight], kernel: Q4Kernel) -> None:
+    def __init__(self, parts: Sequence[BlockWeight], kernel: BlockKernel) -> None:
         super().__init__(parts, kernel, None)
 
 
@@ -168,7 +185,7 @@ class LinearPlan:
     pack: bool = False  # prepack dense bf16 weights for oneDNN (CPUs with native bf16)
     tiles: bool = False  # dense bf16 weights through our AMX tile kernel instead (CPUs with AMX)
     int4: bool = False  # quantization="gguf": Q4_0/Q4_1 projections in torch's int4 layout
-    kernel: Q4Kernel | None = None  # small batches may read a GGUF's blocks through this kernel
+    kernel: BlockKernel | None = None  # small batches may read a GGUF's blocks through this kernel
     dense_copy: bool = True  # with a kernel: keep the dense bf16 weights for larger batches and prompts
 
 

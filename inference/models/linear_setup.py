@@ -10,12 +10,13 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig
 
+from inference.models.avx2_blocks import load_avx2_kernel
 from inference.models.decoder import DecoderForCausalLM
 from inference.models.gguf_blocks import GGUFBlocks, read_blocks
 from inference.models.int4 import int4_supported
-from inference.models.linear_method import LinearPlan
+from inference.models.linear_method import BlockKernel, LinearPlan
 from inference.models.onednn import packing_supported
-from inference.models.q4_decode import load_kernel
+from inference.models.q4_decode import Q4Kernel, load_kernel
 from inference.models.tile_linear import load_tiles
 
 logger = logging.getLogger(__name__)
@@ -41,18 +42,25 @@ def plan_linears(
     kquant_activations: str,
     gguf_dense_copy: bool | None,
     compiler: str,
+    auto_dtype: bool = False,
 ) -> LinearSetup:
-    """`cache` is set for a GGUF source (its conversion cache); the kernels are built into `kernel_cache`."""
+    """`cache` is set for a GGUF source (its conversion cache); the kernels are built into `kernel_cache`.
+    `auto_dtype`: the dtype was left to "auto", so an fp32 CPU model may read its blocks (avx2_blocks.py)."""
     if quantization == "gguf":
         _check_gguf_int4(path, device, dtype)
-    kernel = None
+    kernel: BlockKernel | None = None
     bf16_cpu = device.type == "cpu" and dtype == torch.bfloat16
+    fp32_cpu = device.type == "cpu" and dtype == torch.float32 and auto_dtype
     if cache is not None and q4_decode and quantization != "gguf" and bf16_cpu:
         kernel = load_kernel(cache, amx=q4_amx, activations=kquant_activations, compiler=compiler)
+    elif cache is not None and q4_decode and quantization != "gguf" and fp32_cpu and not gguf_dense_copy:
+        # A dense copy asked for on such a CPU is the fp32 model itself, for every batch size.
+        kernel = load_avx2_kernel(kernel_cache, activations=kquant_activations, compiler=compiler)
     pack = device.type == "cpu" and packing_supported(dtype)
     tiles = pack and load_tiles(kernel_cache, compiler=compiler)
-    # Without AMX tiles the blocks' batch path runs in registers, far slower than oneDNN's dense kernels.
-    copy = gguf_dense_copy if gguf_dense_copy is not None else not tiles
+    # Without AMX tiles the blocks' batch path runs in registers, far slower than oneDNN's dense kernels;
+    # an fp32 model's dense copy would be four bytes a weight, slower than the blocks at every batch size.
+    copy = gguf_dense_copy if gguf_dense_copy is not None else bf16_cpu and not tiles
     plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel, dense_copy=copy)
     blocks = None
     if path.is_file() and (plan.int4 or kernel is not None):
@@ -67,7 +75,9 @@ def use_linear_methods(model: DecoderForCausalLM, setup: LinearSetup, path: Path
     counts = model.use_linear_methods(plan, setup.blocks)
     if plan.int4 and counts["int4"] == 0:
         raise ValueError(f"{path.name} has no Q4_0 or Q4_1 projections to keep 4-bit")
-    rows = f"; gguf-decode up to {plan.kernel.max_rows} rows" if plan.kernel is not None else ""
+    rows = ""
+    if isinstance(plan.kernel, Q4Kernel):
+        rows = f"; gguf-decode up to {plan.kernel.max_rows} rows"
     logger.info("Linear methods: %s%s", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())), rows)
 
 

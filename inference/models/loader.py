@@ -23,6 +23,7 @@ from inference.models.block_loading import BlockOnlyLoad, BlocksDisagree
 from inference.models.gguf_convert import ensure_converted
 from inference.models.gguf_file import GGUFFile
 from inference.models.linear_setup import plan_linears, use_linear_methods
+from inference.models.q4_decode import Q4Kernel
 from inference.models.weights import load_weights
 
 logger = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ def load_model(
         kquant_activations=kquant_activations,
         gguf_dense_copy=gguf_dense_copy,
         compiler=kernel_compiler,
+        auto_dtype=dtype == "auto",
     )
     kernel, blocks = setup.plan.kernel, setup.blocks
 
@@ -235,7 +237,7 @@ def load_model(
         size_on_disk=_size_on_disk(path),
         context_length=model_cls.context_length(hf_config),
         eos_token_ids=_eos_token_ids(hf_config, tokenizer, model_dir),
-        native_kernels=kernel is not None,
+        native_kernels=isinstance(kernel, Q4Kernel),
     )
     logger.info(
         "Loaded %s (%s, %.1fM params, %s on %s) in %.1fs",

@@ -131,9 +131,11 @@ def eligible(blocks: BlockMatrix) -> bool:
 
 def matches(shards: Sequence[BlockMatrix], dense: torch.Tensor) -> bool:
     """Whether the kernel's weights (the shards' rows one after another), bf16(d * q + m) for Q4 and gguf-py's
-    values rounded to bf16 for the rest, are bit for bit the model's bf16 weight."""
+    values rounded to bf16 for the rest, are bit for bit the model's bf16 weight. For an fp32 model
+    (avx2_blocks.py), whether gguf-py's fp32 values are its weight's, on rows at each shard's start, middle
+    and end (a permutation shows there; all of a vocabulary through gguf-py's numpy would take seconds)."""
     shape = (sum(s.shape[0] for s in shards), shards[0].shape[1])
-    if dense.dtype != torch.bfloat16 or tuple(dense.shape) != shape:
+    if dense.dtype not in (torch.bfloat16, torch.float32) or tuple(dense.shape) != shape:
         return False
     if any(s.shape[1] != shape[1] for s in shards):
         return False
@@ -142,9 +144,15 @@ def matches(shards: Sequence[BlockMatrix], dense: torch.Tensor) -> bool:
     start = 0
     for shard in shards:
         rows = shard.shape[0]
-        for first in range(0, rows, _MATCH_ROWS):
-            last = min(first + _MATCH_ROWS, rows)
-            part = dequantized_bf16(row_slice(shard, first, last))
+        firsts = range(0, rows, _MATCH_ROWS) if dense.dtype == torch.bfloat16 else {0, rows // 2, rows - 2}
+        for first in sorted(max(first, 0) for first in firsts):
+            last = min(first + (_MATCH_ROWS if dense.dtype == torch.bfloat16 else 2), rows)
+            some = row_slice(shard, first, last)
+            part = (
+                dequantized_bf16(some)
+                if dense.dtype == torch.bfloat16
+                else torch.from_numpy(some.dequantize())
+            )
             if not torch.equal(part, dense[start + first : start + last]):
                 return False
         start += rows
@@ -157,7 +165,10 @@ def dequantized_bf16(blocks: BlockMatrix) -> torch.Tensor:
     out_features, in_features = blocks.shape
     if isinstance(blocks, KQuantBlocks):
         raw = torch.from_numpy(np.ascontiguousarray(blocks.raw))
-        return torch.ops.mooncake_q4.kquant_dequantize(raw, blocks.type_id, in_features)
+        try:
+            return torch.ops.mooncake_q4.kquant_dequantize(raw, blocks.type_id, in_features)
+        except AttributeError:  # no AVX512 library here (avx2_blocks.py): gguf-py's own expansion
+            return torch.from_numpy(blocks.dequantize()).view(out_features, in_features).to(torch.bfloat16)
     if isinstance(blocks, Q8Blocks):
         levels = torch.from_numpy(blocks.levels).view(out_features, -1, GROUP).float()
         weights = levels * torch.from_numpy(blocks.scale)[..., None]

@@ -22,9 +22,8 @@ def cpu(*, block_kernels: bool = False, amx: bool = False) -> DeviceFacts:
 
 def weights(device: DeviceFacts, **config: object) -> int:
     shape = read_shape(default_gguf_path())
-    return estimate(
-        "m", "m", EngineConfig(dtype="bfloat16", device="cpu", **config), shape, device
-    ).weights_bytes
+    config = {"dtype": "bfloat16", **config}
+    return estimate("m", "m", EngineConfig(device="cpu", **config), shape, device).weights_bytes  # type: ignore[arg-type]
 
 
 def test_the_block_types_are_the_ones_the_loader_reads() -> None:
@@ -50,14 +49,33 @@ def test_the_bundled_gguf_is_planned_as_its_blocks_plus_its_bf16_embedding() -> 
     assert no_kernels == shape.num_params * 2
 
 
+def test_an_fp32_cpu_without_avx512_bf16_plans_the_blocks_when_its_dtype_is_auto() -> None:
+    """dtype auto is fp32 there, and the projections keep only their blocks (avx2_blocks.py); float32 by
+    name, or a dense copy asked for, holds four bytes per weight."""
+    shape = read_shape(default_gguf_path())
+    avx2 = DeviceFacts("cpu", 64 << 30, 32 << 30, 4, avx2_blocks=True)
+    assert weights(avx2, dtype="auto") == (shape.num_params - shape.block_params) * 4 + shape.block_bytes
+    assert weights(avx2, dtype="float32") == shape.num_params * 4
+    assert weights(avx2, dtype="auto", gguf_dense_copy=True) == shape.num_params * 4
+    assert weights(avx2, dtype="auto", q4_decode=False) == shape.num_params * 4
+    assert weights(DeviceFacts("cpu", 64 << 30, 32 << 30, 4), dtype="auto") == shape.num_params * 4
+
+
 @pytest.mark.slow
 def test_the_plan_matches_what_the_loaded_model_holds(test_cache_dir: Path) -> None:
     """The estimate for this machine against the weights the loader really keeps (within 2%: the Q8_0
-    head's fp16 scale pairs and the tile padding are not in the file)."""
+    head's fp16 scale pairs and the tile padding are not in the file): bf16 with the AVX512 kernels, or
+    fp32 with the AVX2 ones."""
     device = probe_device("cpu")
-    if not device.block_kernels or load_kernel(test_cache_dir) is None:
-        pytest.skip("this CPU does not run the block kernels: the plan is the dense model's")
-    loaded = load_model("default", dtype="bfloat16", device="cpu", cache_dir=test_cache_dir)
+    if device.avx2_blocks:
+        dtype = "auto"
+    elif device.block_kernels and load_kernel(test_cache_dir) is not None:
+        dtype = "bfloat16"
+    else:
+        pytest.skip("this CPU runs neither block kernel: the plan is the dense model's")
+    loaded = load_model("default", dtype=dtype, device="cpu", cache_dir=test_cache_dir)
     held = loaded.model.weight_bytes()
-    assert abs(weights(device) - held) <= 0.02 * held, (weights(device), held)
+    planned = weights(device, dtype=dtype)
+    assert planned < read_shape(default_gguf_path()).num_params * 2
+    assert abs(planned - held) <= 0.02 * held, (planned, held)
     assert psutil.Process().memory_info().rss > held

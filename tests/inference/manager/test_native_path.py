@@ -18,6 +18,7 @@ from tests.inference.arch_files import CPU_BF16, gguf_file, hf_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_PLAIN = DeviceFacts("cpu", 64 << 30, 32 << 30, 4)  # no native bf16: "auto" is fp32, no block kernels
+CPU_AVX2 = DeviceFacts("cpu", 64 << 30, 32 << 30, 4, avx2_blocks=True)  # "auto" is fp32, read as blocks
 GPU = DeviceFacts("cuda", 80 << 30, 80 << 30, 2)
 
 
@@ -55,6 +56,9 @@ def test_an_unsupported_architecture_is_not_native_and_the_registry_decides(
         (GGMLQuantizationType.Q4_0, EngineConfig(q4_decode=False), CPU_BF16, "bf16 dense"),
         (GGMLQuantizationType.Q4_0, EngineConfig(dtype="float32"), CPU_BF16, "fp32 dense"),
         (GGMLQuantizationType.Q4_0, EngineConfig(), CPU_PLAIN, "fp32 dense"),  # no block kernels here
+        (GGMLQuantizationType.Q4_0, EngineConfig(), CPU_AVX2, GGUF_BLOCKS),
+        (GGMLQuantizationType.Q8_0, EngineConfig(dtype="float32"), CPU_AVX2, "fp32 dense"),  # exact, by name
+        (GGMLQuantizationType.Q4_0, EngineConfig(q4_decode=False), CPU_AVX2, "fp32 dense"),
         (
             GGMLQuantizationType.Q4_0,
             EngineConfig(quantization="gguf", dtype="bfloat16"),

@@ -1,0 +1,136 @@
+"""A GGUF's blocks read as stored on CPUs without AVX512-BF16 (csrc/avx2_blocks.cpp), for fp32 models.
+
+Such a CPU multiplies bf16 no faster than fp32, so there `dtype: auto` is fp32, and a dequantized GGUF would
+hold four bytes per weight: an 8B Q4_K_M file (4.9 GB) would take 32 GB. Instead every projection whose
+blocks the file stores in Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K or IQ4_XS keeps only those blocks, and every
+batch (decoding rows, prompt chunks) multiplies them with its activations quantized per 32 values: to 14
+bits by default, or to int8 as llama.cpp does on these CPUs (kquant_activations "int8"): the result is
+`quantized_input(x, wide) @ W.T` for gguf-py's dequantized W, summed in fp32. The bundled model's first 16
+greedy tokens agree with its fp32 reference on 4 of 8 prompts with int8 activations, on 8 of 8 with 14 bits.
+The library is built apart from the AVX512 one (kernel_build.AVX2_LIBRARY) and only taken for fp32 models
+whose dtype was left to `auto`: an explicit float32 keeps the dense weights, whose outputs match an fp32
+reference token for token.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from inference.models.gguf_blocks import (
+    KQUANT_BYTES,
+    SUPER_BLOCK,
+    BlockMatrix,
+    KQuantBlocks,
+    Q4Blocks,
+    Q8Blocks,
+)
+from inference.models.q4_decode import BlockWeight, KQuantWeight, decode_weight
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_loaded: dict[tuple[Path, bool], Avx2Kernel | None] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Avx2Kernel:
+    """The loaded library: one path for every row count (a row's result never depends on its batch)."""
+
+    wide: bool = True  # 14-bit activations (else int8)
+    max_rows: int = 1 << 30  # decoding rows and prompt chunks alike read the blocks
+
+    def linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [..., in] (fp32, or any float type, computed in fp32) -> [..., out] in x's dtype."""
+        flat = x.reshape(-1, x.shape[-1])
+        if isinstance(weight, KQuantWeight):
+            out = torch.ops.mooncake_avx2.kquant_linear(flat, weight.raw, weight.type_id, bias, self.wide)
+        else:
+            out = torch.ops.mooncake_avx2.block_linear(flat, weight.levels, weight.dm, bias, self.wide)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    def batch_linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
+        return self.linear(x, weight, bias)
+
+
+def quantized_input(x: torch.Tensor, wide: bool) -> torch.Tensor:
+    """x [rows, in] as the kernels see it: 14-bit or int8 levels times their per-32 scales, in fp32."""
+    return torch.ops.mooncake_avx2.quantized_input(x, wide)
+
+
+def load_avx2_kernel(
+    cache_dir: Path, *, activations: str = "int16", compiler: str = "c++"
+) -> Avx2Kernel | None:
+    """The kernel, built into `cache_dir` if needed and checked once per process; None (and a log line)
+    wherever it cannot or must not run here. `activations` is EngineConfig.kquant_activations: "int8" is
+    llama.cpp's int8; "int16" and "bf16" (which these CPUs do not multiply natively) take 14 bits."""
+    from inference.models import kernel_build
+
+    if not kernel_build.avx2_supported():
+        logger.info("GGUF block kernels off: this CPU lacks AVX2")
+        return None
+    with _lock:
+        key = (cache_dir, activations != "int8")
+        if key not in _loaded:
+            _loaded[key] = _load(cache_dir, compiler, wide=key[1])
+        return _loaded[key]
+
+
+def _load(cache_dir: Path, compiler: str, *, wide: bool) -> Avx2Kernel | None:
+    from inference.models import kernel_build
+
+    try:
+        if not hasattr(torch.ops.mooncake_avx2, "kquant_linear"):
+            library = kernel_build.ensure_built(
+                cache_dir, compiler=compiler, library=kernel_build.AVX2_LIBRARY
+            )
+            torch.ops.load_library(str(library))
+        kernel = Avx2Kernel(wide)
+    except (RuntimeError, OSError, ImportError, AttributeError) as exc:
+        logger.warning("GGUF block kernels unavailable (%s); GGUFs load dequantized to fp32", exc)
+        return None
+    if not all(agrees(kernel, blocks) for blocks in _check_blocks()):
+        logger.warning("GGUF block kernels disagree with the dequantized weights; GGUFs load dequantized")
+        return None
+    return kernel
+
+
+def agrees(kernel: Avx2Kernel, blocks: BlockMatrix, rows: int = 5) -> bool:
+    """Whether the kernel's product equals `quantized_input(x) @ W.T` in float64 within fp32 summation error,
+    for gguf-py's dequantized W, and a row alone gets the bits it gets among others. The error is bounded by
+    the sum's size, |x| times the row's largest weight: a block's offset (minimum) is summed apart from its
+    levels, and the two may cancel."""
+    out_features, in_features = blocks.shape
+    x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(0))
+    weight = decode_weight(blocks)
+    dense = torch.from_numpy(np.asarray(blocks.dequantize(), dtype=np.float64)).view(
+        out_features, in_features
+    )
+    xq = quantized_input(x, kernel.wide).double()
+    exact = xq @ dense.T
+    out = kernel.linear(x, weight, None)
+    bound = 1e-5 * xq.abs().sum(1, keepdim=True) * dense.abs().amax(1) + 1e-6
+    alike = torch.equal(kernel.linear(x[-1:], weight, None), out[-1:])
+    return bool(((out.double() - exact).abs() <= bound).all()) and alike
+
+
+def _check_blocks() -> list[BlockMatrix]:
+    rng = np.random.default_rng(0)
+    q4 = Q4Blocks.from_levels(
+        rng.integers(0, 16, (9, 64), dtype=np.uint8),
+        rng.uniform(0.001, 0.02, (9, 2)).astype(np.float16).astype(np.float32),
+        rng.normal(0, 0.05, (9, 2)).astype(np.float16).astype(np.float32),
+    )
+    q8 = Q8Blocks(
+        rng.integers(-128, 128, (9, 64), dtype=np.int8),
+        rng.uniform(0.001, 0.02, (9, 2)).astype(np.float16).astype(np.float32),
+    )
+    kquants: list[BlockMatrix] = [
+        KQuantBlocks.random(name, 9, 2 * SUPER_BLOCK, seed=1) for name in KQUANT_BYTES
+    ]
+    return [q4, q8, *kquants]
