@@ -38,6 +38,10 @@ class ModelShape:
     # elements of those that are projections (the token embedding stays dense for lookups).
     block_bytes: int = 0
     block_params: int = 0
+    # Its token embedding, where that is in such a type (not Q4): the bytes an fp32 model's lookups keep
+    # beyond block_bytes (none when tied: the head's blocks are shared), and its elements.
+    lookup_bytes: int = 0
+    lookup_params: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +164,10 @@ def _weight_bytes(config: EngineConfig, shape: ModelShape, device: DeviceFacts, 
     reads_blocks = device.kind == "cpu" and config.q4_decode and (bf16_blocks or fp32_blocks)
     if not reads_blocks or shape.block_bytes == 0:
         return dense
-    default_copy = bf16_blocks and not device.amx
-    dense_copy = config.gguf_dense_copy if config.gguf_dense_copy is not None else default_copy
+    if fp32_blocks:  # no dense copy; the embedding looks its rows up in the blocks (block_embedding.py)
+        held = shape.block_params + shape.lookup_params
+        return dense + shape.block_bytes + shape.lookup_bytes - held * elem
+    dense_copy = config.gguf_dense_copy if config.gguf_dense_copy is not None else not device.amx
     return dense + shape.block_bytes - (0 if dense_copy else shape.block_params * elem)
 
 
@@ -189,6 +195,8 @@ def _gguf_shape(path: Path) -> ModelShape:
         and len(t.dims) in (2, 3)  # a 3-D tensor holds every expert of a layer, each read as blocks
         and (t.name != "token_embd.weight" or (tied and t.type_name not in ("Q4_0", "Q4_1")))
     ]
+    embedding = [t for t in reader.tensors if t.name == "token_embd.weight" and t.type_name in BLOCK_TYPES]
+    lookup = [t for t in embedding if t.type_name not in ("Q4_0", "Q4_1")]
     head_dim = field(f"{arch}.attention.key_length", field(f"{arch}.embedding_length") // heads)
     return ModelShape(
         num_params=sum(t.n_elements for t in reader.tensors),
@@ -199,6 +207,8 @@ def _gguf_shape(path: Path) -> ModelShape:
         file_bytes=path.stat().st_size,
         block_bytes=sum(t.data.nbytes for t in read),
         block_params=sum(t.n_elements for t in read if t.name != "token_embd.weight"),
+        lookup_bytes=0 if tied else sum(t.data.nbytes for t in lookup),
+        lookup_params=sum(t.n_elements for t in lookup),
     )
 
 

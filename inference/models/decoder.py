@@ -16,10 +16,12 @@ from transformers import PretrainedConfig
 
 from inference.models.args import ModelArgs
 from inference.models.attention.base import AttentionBackend, sequence_lengths
+from inference.models.block_embedding import block_rows
 from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks
 from inference.models.kv_cache import KVCacheSpec
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
 from inference.models.linear_method import DENSE, GGUFBlocksMethod, LinearMethod, LinearPlan, choose_method
+from inference.models.q4_decode import BlockWeight, decode_weight, eligible
 from inference.models.rotary import RotaryEmbedding, apply_rotary
 
 
@@ -101,11 +103,26 @@ class DecoderLayer(nn.Module):
 
 class TokenEmbedding(nn.Embedding):
     """nn.Embedding that skips its random init on the meta device, where the loader builds models: torch's
-    meta normal_ imports its Python reference ops first, two seconds of every model load."""
+    meta normal_ imports its Python reference ops first, two seconds of every model load. Or, once given a
+    GGUF's blocks (`use_blocks`), the rows of those (block_embedding.py) and no dense weight."""
+
+    blocks: BlockWeight | None = None
 
     def reset_parameters(self) -> None:
         if not self.weight.is_meta:
             super().reset_parameters()
+
+    def use_blocks(self, blocks: BlockWeight) -> None:
+        dtype = self.weight.dtype
+        self.weight = nn.Parameter(
+            torch.empty(0, dtype=dtype, device=self.weight.device), requires_grad=False
+        )
+        self.blocks = blocks
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.blocks is not None:
+            return block_rows(self.blocks, input).to(self.weight.dtype)
+        return super().forward(input)
 
 
 class DecoderModel(nn.Module):
@@ -236,7 +253,10 @@ class DecoderForCausalLM(nn.Module):
         if self.lm_head is None:
             methods.append(self.tied_head)
         params = sum(p.numel() * p.element_size() for p in self.parameters())
-        return params + sum(method.nbytes() for method in methods)
+        lookup = self.model.embed_tokens.blocks
+        shared = any(lookup is part for method in methods for part in getattr(method, "parts", ()))
+        own = lookup.nbytes() if lookup is not None and not shared else 0
+        return params + own + sum(method.nbytes() for method in methods)
 
     def use_linear_methods(self, plan: LinearPlan, blocks: GGUFBlocks | None = None) -> Counter[str]:
         """Give every projection and the head its LinearMethod (call once, after the weights are loaded);
@@ -246,11 +266,19 @@ class DecoderForCausalLM(nn.Module):
             if not isinstance(module.method, GGUFBlocksMethod):  # (those were loaded as blocks alone)
                 module.use(choose_method(module.weight.detach(), stacked, plan))
             counts[module.method.name] += 1
+        embedding = blocks.embedding if blocks is not None else None
         if self.lm_head is None:
-            embedding = blocks.embedding if blocks is not None else None
             shards = [embedding] if embedding is not None else None
             self.tied_head = choose_method(self.model.embed_tokens.weight.detach(), shards, plan)
             counts[self.tied_head.name] += 1
+        if plan.embedding_blocks and embedding is not None and eligible(embedding):
+            lookup = decode_weight(embedding) if self.lm_head is not None else None
+            head = self.tied_head
+            if self.lm_head is None and isinstance(head, GGUFBlocksMethod) and len(head.parts) == 1:
+                lookup = head.parts[0]  # a tied head's blocks, shared (the dense weight goes for both)
+            if lookup is not None:
+                self.model.embed_tokens.use_blocks(lookup)
+                counts["embedding-blocks"] += 1
         return counts
 
     def projection_blocks(

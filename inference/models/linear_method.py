@@ -187,6 +187,7 @@ class LinearPlan:
     int4: bool = False  # quantization="gguf": Q4_0/Q4_1 projections in torch's int4 layout
     kernel: BlockKernel | None = None  # small batches may read a GGUF's blocks through this kernel
     dense_copy: bool = True  # with a kernel: keep the dense bf16 weights for larger batches and prompts
+    embedding_blocks: bool = False  # the token embedding looks its rows up in the file's blocks too
 
 
 def choose_method(

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig
 
-from inference.models.avx2_blocks import load_avx2_kernel
+from inference.models.avx2_blocks import Avx2Kernel, load_avx2_kernel
 from inference.models.decoder import DecoderForCausalLM
 from inference.models.gguf_blocks import GGUFBlocks, read_blocks
 from inference.models.int4 import int4_supported
@@ -61,7 +61,16 @@ def plan_linears(
     # Without AMX tiles the blocks' batch path runs in registers, far slower than oneDNN's dense kernels;
     # an fp32 model's dense copy would be four bytes a weight, slower than the blocks at every batch size.
     copy = gguf_dense_copy if gguf_dense_copy is not None else bf16_cpu and not tiles
-    plan = LinearPlan(pack=pack, tiles=tiles, int4=quantization == "gguf", kernel=kernel, dense_copy=copy)
+    # fp32 embeddings are 4 bytes a weight: as large as the whole file for a 1B model (block_embedding.py).
+    lookups = isinstance(kernel, Avx2Kernel) and not copy
+    plan = LinearPlan(
+        pack=pack,
+        tiles=tiles,
+        int4=quantization == "gguf",
+        kernel=kernel,
+        dense_copy=copy,
+        embedding_blocks=lookups,
+    )
     blocks = None
     if path.is_file() and (plan.int4 or kernel is not None):
         heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads

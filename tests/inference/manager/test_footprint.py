@@ -50,11 +50,15 @@ def test_the_bundled_gguf_is_planned_as_its_blocks_plus_its_bf16_embedding() -> 
 
 
 def test_an_fp32_cpu_without_avx512_bf16_plans_the_blocks_when_its_dtype_is_auto() -> None:
-    """dtype auto is fp32 there, and the projections keep only their blocks (avx2_blocks.py); float32 by
-    name, or a dense copy asked for, holds four bytes per weight."""
+    """dtype auto is fp32 there, and the projections and the embedding keep only their blocks
+    (avx2_blocks.py, block_embedding.py); float32 by name, or a dense copy asked for, holds four bytes per
+    weight."""
     shape = read_shape(default_gguf_path())
     avx2 = DeviceFacts("cpu", 64 << 30, 32 << 30, 4, avx2_blocks=True)
-    assert weights(avx2, dtype="auto") == (shape.num_params - shape.block_params) * 4 + shape.block_bytes
+    # The bundled model's Q8_0 embedding is its tied head's: its blocks are looked up, not held again.
+    assert shape.lookup_params > 0 and shape.lookup_bytes == 0
+    held = shape.block_params + shape.lookup_params
+    assert weights(avx2, dtype="auto") == (shape.num_params - held) * 4 + shape.block_bytes
     assert weights(avx2, dtype="float32") == shape.num_params * 4
     assert weights(avx2, dtype="auto", gguf_dense_copy=True) == shape.num_params * 4
     assert weights(avx2, dtype="auto", q4_decode=False) == shape.num_params * 4

@@ -67,8 +67,9 @@ def test_a_gguf_keeps_only_its_blocks_and_answers_like_its_fp32_reference(
     which: str, q4_k_m_file: Path, test_cache_dir: Path
 ) -> None:
     """Every projection reads its blocks at every batch size (the prompts' chunks too) and holds no dense
-    weight. Measured: 8 of 8 prompts' first 16 greedy tokens agree with transformers' fp32 model for both
-    files (with llama.cpp's int8 activations, 4 and 5 of 8)."""
+    weight; the embedding looks its rows up in the tied head's blocks. Measured: 8 of 8 prompts' first 16
+    greedy tokens agree with transformers' fp32 model for both files (with llama.cpp's int8 activations,
+    4 and 5 of 8)."""
     path = default_gguf_path() if which == "Q4_1" else q4_k_m_file
     loaded = load_model(str(path), dtype="auto", device="cpu", cache_dir=test_cache_dir)
     assert loaded.dtype == torch.float32 and not loaded.native_kernels
@@ -76,6 +77,10 @@ def test_a_gguf_keeps_only_its_blocks_and_answers_like_its_fp32_reference(
     projections = [m for m in linears if isinstance(m.method, GGUFBlocksMethod)]
     assert len(projections) == 30 * 4
     assert all(isinstance(m.method.kernel, Avx2Kernel) and m.weight.numel() == 0 for m in projections)
+    embedding = loaded.model.model.embed_tokens  # type: ignore[union-attr]
+    head = loaded.model.tied_head
+    assert isinstance(head, GGUFBlocksMethod) and isinstance(head.kernel, Avx2Kernel)
+    assert embedding.weight.numel() == 0 and embedding.blocks is head.parts[0]
     kinds = {part.type_id for m in projections for part in m.method.parts if isinstance(part, KQuantWeight)}
     assert kinds == (set() if which == "Q4_1" else {12, 14})  # Q4_K and Q6_K down projections
     reference = transformers_fp32(ensure_converted(path, test_cache_dir), prompts(loaded.tokenizer))
