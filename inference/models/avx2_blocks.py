@@ -4,8 +4,9 @@ Such a CPU multiplies bf16 no faster than fp32, so there `dtype: auto` is fp32, 
 hold four bytes per weight: an 8B Q4_K_M file (4.9 GB) would take 32 GB. Instead every projection whose
 blocks the file stores in Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K or IQ4_XS keeps only those blocks, and every
 batch (decoding rows, prompt chunks) multiplies them with its activations quantized per 32 values: to 14
-bits by default, or to int8 as llama.cpp does on these CPUs (kquant_activations "int8"): the result is
-`quantized_input(x, wide) @ W.T` for gguf-py's dequantized W, summed in fp32. The bundled model's first 16
+bits by default, or to int8 as llama.cpp does on these CPUs (kquant_activations "int8"), one scale per 32
+values for Q4/Q8_0 blocks and per 256 for K-quants: the result is `quantized_input(x, wide, block) @ W.T`
+for gguf-py's dequantized W, summed in fp32 (the K-quants' super-blocks in exact int32 first). The bundled model's first 16
 greedy tokens agree with its fp32 reference on 4 of 8 prompts with int8 activations, on 8 of 8 with 14 bits.
 The library is built apart from the AVX512 one (kernel_build.AVX2_LIBRARY) and only taken for fp32 models
 whose dtype was left to `auto`: an explicit float32 keeps the dense weights, whose outputs match an fp32
@@ -58,9 +59,10 @@ class Avx2Kernel:
         return self.linear(x, weight, bias)
 
 
-def quantized_input(x: torch.Tensor, wide: bool) -> torch.Tensor:
-    """x [rows, in] as the kernels see it: 14-bit or int8 levels times their per-32 scales, in fp32."""
-    return torch.ops.mooncake_avx2.quantized_input(x, wide)
+def quantized_input(x: torch.Tensor, wide: bool, block: int = 32) -> torch.Tensor:
+    """x [rows, in] as the kernels see it: 14-bit or int8 levels times their scales, one per `block` values
+    (32 for Q4_0/Q4_1/Q8_0 blocks, 256 for K-quant super-blocks), in fp32."""
+    return torch.ops.mooncake_avx2.quantized_input(x, block, wide)
 
 
 def load_avx2_kernel(
@@ -111,7 +113,7 @@ def agrees(kernel: Avx2Kernel, blocks: BlockMatrix, rows: int = 5) -> bool:
     dense = torch.from_numpy(np.asarray(blocks.dequantize(), dtype=np.float64)).view(
         out_features, in_features
     )
-    xq = quantized_input(x, kernel.wide).double()
+    xq = quantized_input(x, kernel.wide, SUPER_BLOCK if isinstance(blocks, KQuantBlocks) else 32).double()
     exact = xq @ dense.T
     out = kernel.linear(x, weight, None)
     bound = 1e-5 * xq.abs().sum(1, keepdim=True) * dense.abs().amax(1) + 1e-6

@@ -88,7 +88,7 @@ AVX512_LIBRARY = Library("q4_decode", tuple(SOURCES), tuple(HEADERS), tuple(_FLA
 AVX2_LIBRARY = Library(
     "avx2_blocks",
     (CSRC / "avx2_blocks.cpp",),
-    (),
+    (CSRC / "avx2_common.h", CSRC / "avx2_kquants.h"),
     ("-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off"),
 )
 

@@ -1,0 +1,116 @@
+// Shared by the AVX2 block kernels (avx2_blocks.cpp, avx2_kquants.h): the activations as the kernels take
+// them, and small vector helpers. AVX2, FMA and F16C only.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace mooncake_avx2 {
+
+constexpr int64_t kGroup = 32;
+
+inline float half_at(const uint8_t* p) {
+  uint16_t bits;
+  __builtin_memcpy(&bits, p, 2);
+  return _cvtsh_ss(bits);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Packs 32 int32 (each within int8) to bytes in order: packs interleave 128-bit lanes, the permute puts them
+// back.
+inline void store_bytes(int8_t* dst, const __m256i* ints) {
+  const __m256i words = _mm256_packs_epi32(ints[0], ints[1]), words2 = _mm256_packs_epi32(ints[2], ints[3]);
+  const __m256i bytes =
+      _mm256_permutevar8x32_epi32(_mm256_packs_epi16(words, words2), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bytes);
+}
+
+// Each row's values quantized per `block` (32 for the Q4/Q8_0 blocks, 256 for the K-quants' super-blocks),
+// rounded to nearest: to int8 (scale amax / 127), or "wide" to 14 bits (amax / 8191) held as two int8 halves,
+// high = floor(v / 128) in -64..63 and low = v - 128 * high in 0..127. Per block the scale and scale * sum of
+// levels (for the Q4 blocks' offsets); per 32 values the sum of levels (for the K-quants' minimums).
+struct Activations {
+  int64_t rows, k, block, blocks;
+  bool wide;
+  std::vector<int8_t> q, low;
+  std::vector<float> d, dsum;
+  std::vector<int32_t> sums;
+
+  Activations(const float* x, int64_t rows_, int64_t k_, int64_t block_, bool wide_)
+      : rows(rows_), k(k_), block(block_), blocks(k_ / block_), wide(wide_), q(rows_ * k_),
+        low(wide_ ? rows_ * k_ : 0), d(rows_ * blocks), dsum(rows_ * blocks), sums(rows_ * k_ / kGroup) {
+    const float top = wide ? 8191.0f : 127.0f;
+    const int64_t per_block = block / kGroup;
+#pragma omp parallel for schedule(static) if (rows * k >= 65536)
+    for (int64_t b = 0; b < rows * blocks; ++b) {
+      const float* v = x + b * block;  // rows are contiguous, so block b of the whole input is row-major
+      __m256 amax = _mm256_setzero_ps();
+      for (int64_t i = 0; i < block; i += 8) {
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_loadu_ps(v + i)));
+      }
+      const float m = hmax(amax);
+      const float scale = m / top;
+      const __m256 inverse = _mm256_set1_ps(scale != 0.0f ? top / m : 0.0f);
+      int64_t total = 0;
+      for (int64_t g = 0; g < per_block; ++g) {
+        const int64_t at = b * block + g * kGroup;
+        __m256i ints[4];
+        for (int i = 0; i < 4; ++i) ints[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + at + 8 * i), inverse));
+        const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(ints[0], ints[1]), _mm256_add_epi32(ints[2], ints[3]));
+        const int32_t group_sum = static_cast<int32_t>(hsum(_mm256_cvtepi32_ps(sum)));  // exact: |sum| < 2^24
+        sums[at / kGroup] = group_sum;
+        total += group_sum;
+        if (wide) {
+          __m256i high[4], rest[4];
+          for (int i = 0; i < 4; ++i) {
+            high[i] = _mm256_srai_epi32(ints[i], 7);
+            rest[i] = _mm256_sub_epi32(ints[i], _mm256_slli_epi32(high[i], 7));
+          }
+          store_bytes(low.data() + at, rest);
+          store_bytes(q.data() + at, high);
+        } else {
+          store_bytes(q.data() + at, ints);
+        }
+      }
+      d[b] = scale;
+      dsum[b] = scale * static_cast<float>(total);
+    }
+  }
+
+  float value(int64_t i) const {
+    const int level = wide ? 128 * q[i] + low[i] : q[i];
+    return static_cast<float>(level) * d[i / block];
+  }
+};
+
+// Sum of products of 32 unsigned levels (0..127) with 32 signed activations, as 16 int16 pairs.
+inline __m256i pairs_unsigned(__m256i levels, __m256i x) { return _mm256_maddubs_epi16(levels, x); }
+
+// The same for signed levels (-128..127): their magnitudes meet the activations with the levels' signs.
+inline __m256i pairs_signed(__m256i levels, __m256i x) {
+  return _mm256_maddubs_epi16(_mm256_sign_epi8(levels, levels), _mm256_sign_epi8(x, levels));
+}
+
+// 16 bytes whose low nibbles are values 0-15 and high nibbles 16-31, as 32 bytes in value order.
+inline __m256i nibbles(const uint8_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), low4), _mm_and_si128(b, low4));
+}
+
+}  // namespace mooncake_avx2
