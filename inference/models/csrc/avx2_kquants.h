@@ -95,34 +95,42 @@ struct IQ4XSSuper {  // {d, scales_h, scales_l[4], qs[128]}: W = d * (ls - 32) *
   }
 };
 
-// One half's (or the int8 activations') integer dot with a super-block: int32 lanes.
 template <class F>
-inline __m256i super_dot(const SuperBlock& s, const int8_t* x) {
-  __m256i acc = _mm256_setzero_si256();
-  for (int j = 0; j < 8; ++j) {
-    const __m256i v = load32(x + 32 * j);
-    const __m256i pairs = F::kSigned ? pairs_signed(s.levels[j], v) : pairs_unsigned(s.levels[j], v);
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, s.scales[j]));
-  }
-  return acc;
+inline __m256i pairs(__m256i levels, __m256i x) {
+  return F::kSigned ? pairs_signed(levels, x) : pairs_unsigned(levels, x);
 }
 
-// One weight row against kRows activation rows starting at r0 (Activations with block 256): out[r].
+// One weight row against kRows activation rows starting at r0 (Activations with block 256): out[r]. Each
+// sub-block's levels and scales are loaded once for all kRows rows, whose int32 sums stay in registers.
 template <class F, int kRows>
 inline void super_row(const uint8_t* row, int64_t blocks, const Activations& a, int64_t r0, float* out) {
   __m256 acc[kRows];
   for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
   SuperBlock s;
+  const bool wide = a.wide;
   for (int64_t b = 0; b < blocks; ++b) {
     F::load(row + b * F::kBytes, s);
+    __m256i high[kRows], low[kRows];
+    const int8_t* xq[kRows];
+    const int8_t* xl[kRows];
     for (int r = 0; r < kRows; ++r) {
-      const int64_t at = (r0 + r) * a.k + b * 256;
-      __m256i dot = super_dot<F>(s, a.q.data() + at);
-      if (a.wide) dot = _mm256_add_epi32(_mm256_slli_epi32(dot, 7), super_dot<F>(s, a.low.data() + at));
+      high[r] = low[r] = _mm256_setzero_si256();
+      xq[r] = a.q.data() + (r0 + r) * a.k + b * 256;
+      xl[r] = wide ? a.low.data() + (r0 + r) * a.k + b * 256 : nullptr;
+    }
+    for (int j = 0; j < 8; ++j) {
+      const __m256i levels = s.levels[j], scales = s.scales[j];
+      for (int r = 0; r < kRows; ++r) {
+        high[r] = _mm256_add_epi32(high[r], _mm256_madd_epi16(pairs<F>(levels, load32(xq[r] + 32 * j)), scales));
+        if (wide) low[r] = _mm256_add_epi32(low[r], _mm256_madd_epi16(pairs<F>(levels, load32(xl[r] + 32 * j)), scales));
+      }
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const __m256i dot = wide ? _mm256_add_epi32(_mm256_slli_epi32(high[r], 7), low[r]) : high[r];
       const float dx = a.d[(r0 + r) * a.blocks + b];
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(s.d * dx), acc[r]);
       if (F::kMinimums) {
-        const __m256i sums = load32(a.sums.data() + at / kGroup);
+        const __m256i sums = load32(a.sums.data() + ((r0 + r) * a.k + b * 256) / kGroup);
         const __m256 mins = _mm256_cvtepi32_ps(_mm256_mullo_epi32(s.minimums, sums));
         acc[r] = _mm256_fmadd_ps(mins, _mm256_set1_ps(s.neg_dmin * dx), acc[r]);
       }
