@@ -3,11 +3,12 @@
 Such a CPU multiplies bf16 no faster than fp32, so there `dtype: auto` is fp32, and a dequantized GGUF would
 hold four bytes per weight: an 8B Q4_K_M file (4.9 GB) would take 32 GB. Instead every projection whose
 blocks the file stores in Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K or IQ4_XS keeps only those blocks, and every
-batch (decoding rows, prompt chunks) multiplies them with its activations quantized per 32 values: to 14
-bits by default, or to int8 as llama.cpp does on these CPUs (kquant_activations "int8"), one scale per 32
-values for Q4/Q8_0 blocks and per 256 for K-quants: the result is `quantized_input(x, wide, block) @ W.T`
-for gguf-py's dequantized W, summed in fp32 (the K-quants' super-blocks in exact int32 first). The bundled model's first 16
-greedy tokens agree with its fp32 reference on 3 of 8 prompts with int8 activations, on 8 of 8 with 14 bits.
+batch (decoding rows, prompt chunks) multiplies them with its activations quantized: to 14 bits by default,
+or to int8 as llama.cpp does on these CPUs (kquant_activations "int8"), one scale per 32 values for Q4/Q8_0
+blocks and per 256 for K-quants: the result is `quantized_input(x, wide, block) @ W.T` for gguf-py's
+dequantized W, summed in fp32 (the K-quants' super-blocks in exact int32 first). The bundled model's first
+16 greedy tokens agree with its fp32 reference on 3 of 8 prompts with int8 activations, on 8 of 8 with 14
+bits.
 The library is built apart from the AVX512 one (kernel_build.AVX2_LIBRARY) and only taken for fp32 models
 whose dtype was left to `auto`: an explicit float32 keeps the dense weights, whose outputs match an fp32
 reference token for token.

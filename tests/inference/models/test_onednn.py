@@ -26,7 +26,8 @@ PACKS = packing_supported(torch.bfloat16)
 # oneDNN's bf16 weight reorder itself needs AVX512BW/VL/DQ (or AVX-NE-CONVERT): on an AVX2-only CPU the ops
 # raise, and the loader, which packs only where PACKS, never calls them.
 reorders_bf16 = pytest.mark.skipif(
-    torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"), reason="oneDNN's bf16 reorder needs AVX512"
+    torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"),
+    reason="oneDNN's bf16 reorder needs AVX512",
 )
 
 
