@@ -118,17 +118,12 @@ class EngineConfig:
     # Where converted GGUFs and the compiled decode kernel live (a private 0700 folder); None: ./var/cache.
     cache_dir: str | None = None
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: every core we may run on
-    # CPU models from a GGUF read its blocks as stored: bf16 ones (AVX512-BF16) for decoding rows, fp32 ones
-    # with dtype auto (AVX2 CPUs) for every batch (inference/models/avx2_blocks.py)
-    q4_decode: bool = True
+    q4_decode: bool = True  # read a GGUF's blocks: bf16 decoding rows, or every fp32 batch on AVX2 CPUs
     q4_amx: bool = False  # that kernel on AMX tiles at every row count (else registers; both invariant)
-    # K-quant decoding rows: one of KQUANT_ACTIVATIONS; on AVX2 CPUs, every block row ("int8": llama.cpp's
-    # int8, else 14 bits)
-    kquant_activations: str = "int16"
+    kquant_activations: str = "int16"  # K-quant decoding rows (AVX2: every block row): KQUANT_ACTIVATIONS
     # Keep a dense bf16 copy of the projections a GGUF stores in blocks the kernels read (2 bytes per weight
     # more), which prompts and batches past 16 rows then multiply with. None: only where the CPU lacks AMX
-    # (there the blocks' batch path runs in registers, several times slower than oneDNN's dense kernels).
-    # On AVX2 CPUs, true means the dense fp32 model (4 bytes per weight) and no blocks; None is false.
+    # (the blocks' register batch path is several times slower than oneDNN's); on AVX2: dense fp32 instead.
     gguf_dense_copy: bool | None = None
     kernel_compiler: str = "c++"  # compiles that kernel when it was not built at install time
     # Folders a model source must really (symlinks followed) lie in at load; None: anywhere. "default"

@@ -1,4 +1,5 @@
-"""Token embeddings looked up in a GGUF's blocks, for fp32 models that read their projections as blocks.
+"""Token embeddings: dense, or looked up in a GGUF's blocks for fp32 models that read their projections as
+blocks.
 
 On a CPU without AVX512-BF16 a model from a GGUF runs in fp32 (avx2_blocks.py), where a dense embedding
 takes vocabulary x hidden x 4 bytes: 1.05 GB for Llama 3.2 1B, more than its whole Q4_K_M file. A step only
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import dequantize
+from torch import nn
 
 from inference.models.gguf_blocks import GROUP, KQUANT_BYTES
 from inference.models.q4_decode import BlockWeight, DecodeWeight, KQuantWeight
@@ -41,3 +43,27 @@ def _dm_rows(weight: DecodeWeight, ids: torch.Tensor) -> torch.Tensor:
         nibbles = levels.view(len(ids), -1, GROUP // 2)
         q = torch.cat([nibbles & 0x0F, nibbles >> 4], dim=-1).float()
     return (q * dm[..., :1] + dm[..., 1:]).view(len(ids), -1)
+
+
+class TokenEmbedding(nn.Embedding):
+    """nn.Embedding that skips its random init on the meta device, where the loader builds models: torch's
+    meta normal_ imports its Python reference ops first, two seconds of every model load. Or, once given a
+    GGUF's blocks (`use_blocks`), the rows of those (block_embedding.py) and no dense weight."""
+
+    blocks: BlockWeight | None = None
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            super().reset_parameters()
+
+    def use_blocks(self, blocks: BlockWeight) -> None:
+        dtype = self.weight.dtype
+        self.weight = nn.Parameter(
+            torch.empty(0, dtype=dtype, device=self.weight.device), requires_grad=False
+        )
+        self.blocks = blocks
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.blocks is not None:
+            return block_rows(self.blocks, input).to(self.weight.dtype)
+        return super().forward(input)

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from inference.models.block_match import dequantized_bf16
 from inference.models.decoder import DecoderForCausalLM
 from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks, row_slice
 from inference.models.layers import Linear
 from inference.models.linear_method import BlockKernel, GGUFBlocksMethod
-from inference.models.q4_decode import decode_weights, dequantized_bf16, eligible
+from inference.models.q4_decode import decode_weights, eligible
 
 
 class BlocksDisagree(ValueError):

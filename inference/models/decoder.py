@@ -16,12 +16,12 @@ from transformers import PretrainedConfig
 
 from inference.models.args import ModelArgs
 from inference.models.attention.base import AttentionBackend, sequence_lengths
-from inference.models.block_embedding import block_rows
+from inference.models.block_embedding import TokenEmbedding
 from inference.models.gguf_blocks import BlockMatrix, GGUFBlocks
 from inference.models.kv_cache import KVCacheSpec
 from inference.models.layers import GatedMLP, Linear, QKVLinear, RMSNorm
 from inference.models.linear_method import DENSE, GGUFBlocksMethod, LinearMethod, LinearPlan, choose_method
-from inference.models.q4_decode import BlockWeight, decode_weight, eligible
+from inference.models.q4_decode import decode_weight, eligible
 from inference.models.rotary import RotaryEmbedding, apply_rotary
 
 
@@ -99,30 +99,6 @@ class DecoderLayer(nn.Module):
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: Any) -> torch.Tensor:
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, meta)
         return h + self.mlp(self.post_attention_layernorm(h))
-
-
-class TokenEmbedding(nn.Embedding):
-    """nn.Embedding that skips its random init on the meta device, where the loader builds models: torch's
-    meta normal_ imports its Python reference ops first, two seconds of every model load. Or, once given a
-    GGUF's blocks (`use_blocks`), the rows of those (block_embedding.py) and no dense weight."""
-
-    blocks: BlockWeight | None = None
-
-    def reset_parameters(self) -> None:
-        if not self.weight.is_meta:
-            super().reset_parameters()
-
-    def use_blocks(self, blocks: BlockWeight) -> None:
-        dtype = self.weight.dtype
-        self.weight = nn.Parameter(
-            torch.empty(0, dtype=dtype, device=self.weight.device), requires_grad=False
-        )
-        self.blocks = blocks
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if self.blocks is not None:
-            return block_rows(self.blocks, input).to(self.weight.dtype)
-        return super().forward(input)
 
 
 class DecoderModel(nn.Module):

@@ -18,10 +18,11 @@ from typing import ClassVar, Protocol
 import torch
 import torch.nn.functional as F
 
+from inference.models.block_match import matches
 from inference.models.gguf_blocks import BlockMatrix, Q4Blocks
 from inference.models.int4 import Int4Weight, int4_linear, pack_int4
 from inference.models.onednn import pack_weight, packed_linear
-from inference.models.q4_decode import BlockWeight, decode_weights, eligible, matches
+from inference.models.q4_decode import BlockWeight, decode_weights, eligible
 from inference.models.tile_linear import TileWeight, pack_tiles, tile_linear
 
 

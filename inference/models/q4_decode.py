@@ -5,9 +5,9 @@ projections the kernel (csrc/q4_decode.cpp) reads the 4-bit levels plus a (d, m)
 per 8 weights against bf16's 16, and expands each block in registers to bf16(d * q + m): exactly the bf16
 weights the dequantized model holds. Q8_0 takes the same kernel with int8 levels; Q4_K, Q5_K, Q6_K and IQ4_XS
 rows are read as the file stores them (csrc/kquant_linear.cpp, 4.25 to 6.6 bits per weight), expanded to
-gguf-py's dequantized values rounded to bf16. `matches` checks that bit for bit before a projection takes
-the path, so this changes speed, not weights; only the fp32 accumulation order differs from the dense bf16
-product.
+gguf-py's dequantized values rounded to bf16. `matches` (block_match.py) checks that bit for bit before a
+projection takes the path, so this changes speed, not weights; only the fp32 accumulation order differs
+from the dense bf16 product.
 Batches of up to 16 rows take it (AMX tiles where the CPU has them and the config allows it, else
 AVX512-BF16 registers, one path for every row count so a row's bits never depend on its batch); larger
 ones, prefill among them, stay on the dense bf16 weights (linear_method.py). The K-quants' decoding rows by
@@ -40,7 +40,6 @@ from inference.models.gguf_blocks import (
     KQuantBlocks,
     Q4Blocks,
     Q8Blocks,
-    row_slice,
     same_type,
     stack_blocks,
 )
@@ -83,7 +82,6 @@ BlockWeight = DecodeWeight | KQuantWeight
 # The kquant_linear op's numbers for KQUANT_ACTIVATIONS.
 KQUANT_ACTIVATIONS_OP = {"bf16": 0, "int8": 1, "int16": 2}
 MAX_INPUT = 32768  # the kernels widen one row's scales into a fixed L1 buffer (kMaxDm)
-_MATCH_ROWS = 4096  # rows `matches` expands at a time
 
 
 def decode_weights(shards: Sequence[BlockMatrix]) -> list[BlockWeight]:
@@ -127,58 +125,6 @@ def eligible(blocks: BlockMatrix) -> bool:
         return False
     pairs = [blocks.scale] if isinstance(blocks, Q8Blocks) else [blocks.scale, blocks.minimum]
     return all(np.array_equal(v.astype(np.float16).astype(v.dtype), v) for v in pairs)
-
-
-def matches(shards: Sequence[BlockMatrix], dense: torch.Tensor) -> bool:
-    """Whether the kernel's weights (the shards' rows one after another), bf16(d * q + m) for Q4 and gguf-py's
-    values rounded to bf16 for the rest, are bit for bit the model's bf16 weight. For an fp32 model
-    (avx2_blocks.py), whether gguf-py's fp32 values are its weight's, on rows at each shard's start, middle
-    and end (a permutation shows there; all of a vocabulary through gguf-py's numpy would take seconds)."""
-    shape = (sum(s.shape[0] for s in shards), shards[0].shape[1])
-    if dense.dtype not in (torch.bfloat16, torch.float32) or tuple(dense.shape) != shape:
-        return False
-    if any(s.shape[1] != shape[1] for s in shards):
-        return False
-    # A few thousand rows at a time: a whole vocabulary's expansion in fp32 would add a gigabyte to the
-    # load's peak for a moment (a tied head's embedding).
-    start = 0
-    for shard in shards:
-        rows = shard.shape[0]
-        firsts = range(0, rows, _MATCH_ROWS) if dense.dtype == torch.bfloat16 else {0, rows // 2, rows - 2}
-        for first in sorted(max(first, 0) for first in firsts):
-            last = min(first + (_MATCH_ROWS if dense.dtype == torch.bfloat16 else 2), rows)
-            some = row_slice(shard, first, last)
-            part = (
-                dequantized_bf16(some)
-                if dense.dtype == torch.bfloat16
-                else torch.from_numpy(some.dequantize())
-            )
-            if not torch.equal(part, dense[start + first : start + last]):
-                return False
-        start += rows
-    return True
-
-
-def dequantized_bf16(blocks: BlockMatrix) -> torch.Tensor:
-    """blocks.dequantize() rounded to bf16, the same fp32 product and sum computed by torch or by the kernels'
-    own expansion (on every core; numpy's one thread made this check a third of a server's model load)."""
-    out_features, in_features = blocks.shape
-    if isinstance(blocks, KQuantBlocks):
-        raw = torch.from_numpy(np.ascontiguousarray(blocks.raw))
-        try:
-            return torch.ops.mooncake_q4.kquant_dequantize(raw, blocks.type_id, in_features)
-        except AttributeError:  # no AVX512 library here (avx2_blocks.py): gguf-py's own expansion
-            return torch.from_numpy(blocks.dequantize()).view(out_features, in_features).to(torch.bfloat16)
-    if isinstance(blocks, Q8Blocks):
-        levels = torch.from_numpy(blocks.levels).view(out_features, -1, GROUP).float()
-        weights = levels * torch.from_numpy(blocks.scale)[..., None]
-    else:
-        nibbles = torch.from_numpy(blocks.nibbles).view(out_features, -1, GROUP // 2)
-        levels = torch.cat([nibbles & 0x0F, nibbles >> 4], dim=-1).float()
-        weights = (
-            levels * torch.from_numpy(blocks.scale)[..., None] + torch.from_numpy(blocks.minimum)[..., None]
-        )
-    return weights.view(out_features, in_features).to(torch.bfloat16)
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,8 +74,7 @@ void multiply(const Activations& a, int64_t out_features, Rows rows, float* y) {
   }
 }
 
-// Calls body.template operator()<n>() for n = 1..4: the row count as a constant, so accumulators stay in
-// registers.
+// call(n) with the row count n (1..4) as a constant, so the accumulators stay in registers.
 #define MOONCAKE_BY_ROWS(n, call) \
   switch (n) {                     \
     case 4: call(4); break;        \

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from inference.models import block_loading, kernel_build
+from inference.models.block_match import dequantized_bf16
 from inference.models.gguf_blocks import BlockMatrix
 from inference.models.layers import Linear
 from inference.models.linear_method import GGUFBlocksMethod, GGUFDecodeMethod
 from inference.models.loader import LoadedModel, load_model
-from inference.models.q4_decode import dequantized_bf16
 from tests.inference.all_logits import IDS, logits
 from tests.inference.gguf_files import write_moe_gguf
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from inference import EngineConfig, SamplingParams
 from inference.models import kernel_build
+from inference.models.block_match import matches
 from inference.models.gguf_blocks import GROUP, Q4Blocks, Q8Blocks, read_blocks
 from inference.models.layers import Linear
 from inference.models.linear_method import DENSE, GGUFDecodeMethod, PackedMethod, TileMethod
@@ -22,7 +23,6 @@ from inference.models.q4_decode import (
     decode_weight,
     eligible,
     load_kernel,
-    matches,
 )
 from inference.models.tile_linear import cpu_has_amx
 from tests.inference.real_model import MAX_TOKENS, make_engine, prompts, worst_gap_to_fp32
@@ -189,7 +189,11 @@ def test_only_exact_block_pairs_are_taken() -> None:
     off_by_one_step = dense.clone()
     off_by_one_step.view(torch.int16)[3, 5] += 1
     assert not matches([blocks], off_by_one_step)
-    assert not matches([blocks], dense.float())
+    exact = torch.from_numpy(blocks.dequantize())  # an fp32 model's weights (avx2_blocks.py)
+    assert matches([blocks], exact) and not matches([blocks], exact.double())
+    moved = exact.clone()
+    moved[0, 5] = torch.nextafter(moved[0, 5], torch.tensor(1e9))  # rows at the start, middle and end
+    assert not matches([blocks], moved)
     # The kernel keeps (d, m) in fp16, as files store them: a scale fp16 cannot hold keeps the packed path.
     blocks.scale[2, 1] = np.float32(1 / 3)
     assert not eligible(blocks)
