@@ -19,6 +19,7 @@ from inference.models.kv_cache import KVBudget, max_model_len_error
 
 # gguf_blocks.py's (kept torch-free here)
 BLOCK_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+KQUANT_TYPES = BLOCK_TYPES[3:]
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Mirrors inference.models.kv_cache's CPU default (kept torch-free here).
@@ -42,6 +43,7 @@ class ModelShape:
     # beyond block_bytes (none when tied: the head's blocks are shared), and its elements.
     lookup_bytes: int = 0
     lookup_params: int = 0
+    kquants: bool = False  # some of its projections are K-quants (an fp32 AVX2 model then reads its blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +162,10 @@ def _weight_bytes(config: EngineConfig, shape: ModelShape, device: DeviceFacts, 
         return shape.file_bytes
     dense = shape.num_params * elem
     bf16_blocks = elem == 2 and device.block_kernels
-    fp32_blocks = elem == 4 and config.dtype == "auto" and device.avx2_blocks and not config.gguf_dense_copy
+    fp32_blocks = elem == 4 and config.dtype == "auto" and device.avx2_blocks
+    fp32_blocks = fp32_blocks and (
+        config.gguf_dense_copy is False or (config.gguf_dense_copy is None and shape.kquants)
+    )
     reads_blocks = device.kind == "cpu" and config.q4_decode and (bf16_blocks or fp32_blocks)
     if not reads_blocks or shape.block_bytes == 0:
         return dense
@@ -209,6 +214,7 @@ def _gguf_shape(path: Path) -> ModelShape:
         block_params=sum(t.n_elements for t in read if t.name != "token_embd.weight"),
         lookup_bytes=0 if tied else sum(t.data.nbytes for t in lookup),
         lookup_params=sum(t.n_elements for t in lookup),
+        kquants=any(t.type_name in KQUANT_TYPES for t in read),
     )
 
 

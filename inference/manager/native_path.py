@@ -93,7 +93,10 @@ def _weights(found: ModelFile, config: EngineConfig, device: DeviceFacts) -> str
         return GGUF_BLOCKS
     bf16_blocks = dtype == "bfloat16" and device.block_kernels
     fp32_blocks = config.dtype == "auto" and dtype == "float32" and device.avx2_blocks  # avx2_blocks.py
-    fp32_blocks = fp32_blocks and not config.gguf_dense_copy
+    kquants = bool(found.block_types - {"Q4_0", "Q4_1", "Q8_0"})  # else dense unless asked (linear_setup)
+    fp32_blocks = fp32_blocks and (
+        config.gguf_dense_copy is False or (config.gguf_dense_copy is None and kquants)
+    )
     if config.q4_decode and found.block_types and (bf16_blocks or fp32_blocks):
         return GGUF_BLOCKS
     return _DENSE[dtype]

@@ -12,7 +12,7 @@ from transformers import PretrainedConfig
 
 from inference.models.avx2_blocks import Avx2Kernel, load_avx2_kernel
 from inference.models.decoder import DecoderForCausalLM
-from inference.models.gguf_blocks import GGUFBlocks, read_blocks
+from inference.models.gguf_blocks import GGUFBlocks, KQuantBlocks, read_blocks
 from inference.models.int4 import int4_supported
 from inference.models.linear_method import BlockKernel, LinearPlan
 from inference.models.onednn import packing_supported
@@ -75,7 +75,15 @@ def plan_linears(
     if path.is_file() and (plan.int4 or kernel is not None):
         heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
         blocks = read_blocks(path, num_heads=heads, num_kv_heads=kv_heads)
+    if isinstance(kernel, Avx2Kernel) and gguf_dense_copy is None and not _has_kquants(blocks):
+        # A Q4_0/Q4_1/Q8_0-only file (the bundled model) keeps the dense fp32 path unless
+        # gguf_dense_copy is false: its prompts run faster on oneDNN's fp32 GEMM (bench/NOTES session 26).
+        return LinearSetup(LinearPlan(pack=pack, tiles=tiles), None)
     return LinearSetup(plan, blocks)
+
+
+def _has_kquants(blocks: GGUFBlocks | None) -> bool:
+    return blocks is not None and any(isinstance(b, KQuantBlocks) for b in blocks.linears.values())
 
 
 def use_linear_methods(model: DecoderForCausalLM, setup: LinearSetup, path: Path) -> None:
