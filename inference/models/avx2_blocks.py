@@ -24,14 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from inference.models.gguf_blocks import (
-    KQUANT_BYTES,
-    SUPER_BLOCK,
-    BlockMatrix,
-    KQuantBlocks,
-    Q4Blocks,
-    Q8Blocks,
-)
+from inference.models.gguf_blocks import SUPER_BLOCK, BlockMatrix, KQuantBlocks, check_blocks
 from inference.models.q4_decode import BlockWeight, KQuantWeight, decode_weight
 
 logger = logging.getLogger(__name__)
@@ -97,7 +90,7 @@ def _load(cache_dir: Path, compiler: str, *, wide: bool) -> Avx2Kernel | None:
     except (RuntimeError, OSError, ImportError, AttributeError) as exc:
         logger.warning("GGUF block kernels unavailable (%s); GGUFs load dequantized to fp32", exc)
         return None
-    if not all(agrees(kernel, blocks) for blocks in _check_blocks()):
+    if not all(agrees(kernel, blocks) for blocks in check_blocks()):
         logger.warning("GGUF block kernels disagree with the dequantized weights; GGUFs load dequantized")
         return None
     return kernel
@@ -120,20 +113,3 @@ def agrees(kernel: Avx2Kernel, blocks: BlockMatrix, rows: int = 5) -> bool:
     bound = 1e-5 * xq.abs().sum(1, keepdim=True) * dense.abs().amax(1) + 1e-6
     alike = torch.equal(kernel.linear(x[-1:], weight, None), out[-1:])
     return bool(((out.double() - exact).abs() <= bound).all()) and alike
-
-
-def _check_blocks() -> list[BlockMatrix]:
-    rng = np.random.default_rng(0)
-    q4 = Q4Blocks.from_levels(
-        rng.integers(0, 16, (9, 64), dtype=np.uint8),
-        rng.uniform(0.001, 0.02, (9, 2)).astype(np.float16).astype(np.float32),
-        rng.normal(0, 0.05, (9, 2)).astype(np.float16).astype(np.float32),
-    )
-    q8 = Q8Blocks(
-        rng.integers(-128, 128, (9, 64), dtype=np.int8),
-        rng.uniform(0.001, 0.02, (9, 2)).astype(np.float16).astype(np.float32),
-    )
-    kquants: list[BlockMatrix] = [
-        KQuantBlocks.random(name, 9, 2 * SUPER_BLOCK, seed=1) for name in KQUANT_BYTES
-    ]
-    return [q4, q8, *kquants]

@@ -247,3 +247,19 @@ def parse_q4(raw: np.ndarray, kind: str) -> Q4Blocks:
 
 def _fp16(pairs: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(pairs).view(np.float16)[..., 0].astype(np.float32)
+
+
+def check_blocks() -> list[BlockMatrix]:
+    """Seeded random blocks of every type the kernels read (Q4, Q8_0, each K-quant): 20 rows each, the
+    matrices a kernel's self-check multiplies at load."""
+    rng = np.random.default_rng(0)
+    q4 = Q4Blocks.from_levels(
+        rng.integers(0, 16, (20, 128), dtype=np.uint8),
+        rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
+        rng.normal(0, 0.05, (20, 4)).astype(np.float16).astype(np.float32),
+    )
+    q8 = Q8Blocks(
+        rng.integers(-128, 128, (20, 128), dtype=np.int8),
+        rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
+    )
+    return [q4, q8, *(KQuantBlocks.random(name, 20, SUPER_BLOCK, seed=1) for name in KQUANT_BYTES)]

@@ -12,7 +12,8 @@ from transformers import PretrainedConfig
 
 from inference.models.avx2_blocks import Avx2Kernel, load_avx2_kernel
 from inference.models.decoder import DecoderForCausalLM
-from inference.models.gguf_blocks import GGUFBlocks, KQuantBlocks, read_blocks
+from inference.models.gguf_blocks import KQUANT_BYTES, GGUFBlocks, read_blocks
+from inference.models.gguf_file import GGUFFile
 from inference.models.int4 import int4_supported
 from inference.models.linear_method import BlockKernel, LinearPlan
 from inference.models.onednn import packing_supported
@@ -53,8 +54,13 @@ def plan_linears(
     fp32_cpu = device.type == "cpu" and dtype == torch.float32 and auto_dtype
     if cache is not None and q4_decode and quantization != "gguf" and bf16_cpu:
         kernel = load_kernel(cache, amx=q4_amx, activations=kquant_activations, compiler=compiler)
-    elif cache is not None and q4_decode and quantization != "gguf" and fp32_cpu and not gguf_dense_copy:
-        # A dense copy asked for on such a CPU is the fp32 model itself, for every batch size.
+    elif (
+        cache is not None
+        and q4_decode
+        and quantization != "gguf"
+        and fp32_cpu
+        and _fp32_blocks(path, gguf_dense_copy)
+    ):
         kernel = load_avx2_kernel(kernel_cache, activations=kquant_activations, compiler=compiler)
     pack = device.type == "cpu" and packing_supported(dtype)
     tiles = pack and load_tiles(kernel_cache, compiler=compiler)
@@ -75,15 +81,16 @@ def plan_linears(
     if path.is_file() and (plan.int4 or kernel is not None):
         heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
         blocks = read_blocks(path, num_heads=heads, num_kv_heads=kv_heads)
-    if isinstance(kernel, Avx2Kernel) and gguf_dense_copy is None and not _has_kquants(blocks):
-        # A Q4_0/Q4_1/Q8_0-only file (the bundled model) keeps the dense fp32 path unless
-        # gguf_dense_copy is false: its prompts run faster on oneDNN's fp32 GEMM (bench/NOTES session 26).
-        return LinearSetup(LinearPlan(pack=pack, tiles=tiles), None)
     return LinearSetup(plan, blocks)
 
 
-def _has_kquants(blocks: GGUFBlocks | None) -> bool:
-    return blocks is not None and any(isinstance(b, KQuantBlocks) for b in blocks.linears.values())
+def _fp32_blocks(path: Path, gguf_dense_copy: bool | None) -> bool:
+    """Whether an fp32 model on an AVX2 CPU reads the file's blocks. A dense copy asked for is the fp32 model
+    itself; a Q4_0/Q4_1/Q8_0-only file (the bundled model) stays dense unless gguf_dense_copy is false, its
+    prompts being faster on oneDNN's fp32 GEMM (bench/NOTES session 26). Read from the header alone."""
+    if gguf_dense_copy is not None:
+        return not gguf_dense_copy
+    return path.is_file() and any(t.type_name in KQUANT_BYTES for t in GGUFFile(path).tensors)
 
 
 def use_linear_methods(model: DecoderForCausalLM, setup: LinearSetup, path: Path) -> None:

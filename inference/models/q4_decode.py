@@ -34,12 +34,11 @@ import torch
 from inference.models.activation_quant import quantized_activations
 from inference.models.gguf_blocks import (
     GROUP,
-    KQUANT_BYTES,
     SUPER_BLOCK,
     BlockMatrix,
     KQuantBlocks,
-    Q4Blocks,
     Q8Blocks,
+    check_blocks,
     same_type,
     stack_blocks,
 )
@@ -197,18 +196,7 @@ def load_kernel(
 def _agrees_with_dense(kernel: Q4Kernel) -> bool:
     """One-hot rows read single weights exactly, random rows match an fp32 product closely and a row alone
     gets the bits it gets among others, on the register path and (where there is AMX) the tile path."""
-    rng = np.random.default_rng(0)
-    blocks = Q4Blocks.from_levels(
-        rng.integers(0, 16, (20, 128), dtype=np.uint8),
-        rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
-        rng.normal(0, 0.05, (20, 4)).astype(np.float16).astype(np.float32),
-    )
-    q8 = Q8Blocks(
-        rng.integers(-128, 128, (20, 128), dtype=np.int8),
-        rng.uniform(0.001, 0.02, (20, 4)).astype(np.float16).astype(np.float32),
-    )
-    checked: list[BlockMatrix] = [blocks, q8]
-    checked += [KQuantBlocks.random(name, 20, SUPER_BLOCK, seed=1) for name in KQUANT_BYTES]
+    checked = check_blocks()
     return all(_agrees(kernel, b) for b in checked)
 
 

@@ -93,6 +93,18 @@ at::Tensor flat_input(const at::Tensor& x) {
   return x.to(at::kFloat).contiguous();
 }
 
+template <bool kQ8>
+void dm_rows(const Activations& a, const uint8_t* base, int64_t row_bytes, const uint16_t* pairs, int64_t row_pairs,
+             int64_t out_features, float* y) {
+  const int64_t blocks = a.k / kGroup;
+  multiply(a, out_features, [&](int64_t o, int64_t r0, int n, float* out) {
+    const DmBlocks<kQ8> f{base + o * row_bytes, pairs + o * row_pairs};
+#define MOONCAKE_CALL(rows) dm_row<kQ8, rows>(f, blocks, a, r0, out)
+    MOONCAKE_BY_ROWS(n, MOONCAKE_CALL)
+#undef MOONCAKE_CALL
+  }, y);
+}
+
 // (levels, dm) blocks: uint8 nibbles [out, in / 2] (Q4_0/Q4_1) or int8 levels [out, in] (Q8_0).
 at::Tensor block_linear(const at::Tensor& x, const at::Tensor& levels, const at::Tensor& dm,
                         const c10::optional<at::Tensor>& bias, bool wide) {
@@ -106,21 +118,11 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& levels, const at:
   at::Tensor y = at::empty({xf.size(0), out_features}, xf.options());
   const auto* base = static_cast<const uint8_t*>(levels.data_ptr());
   const auto* pairs = reinterpret_cast<const uint16_t*>(dm.data_ptr<at::Half>());
-  const int64_t row_bytes = levels.size(1), row_pairs = dm.size(1), blocks = k / kGroup;
+  const int64_t row_bytes = levels.size(1), row_pairs = dm.size(1);
   if (q8) {
-    multiply(a, out_features, [&](int64_t o, int64_t r0, int n, float* out) {
-      const DmBlocks<true> f{base + o * row_bytes, pairs + o * row_pairs};
-#define MOONCAKE_CALL(rows) dm_row<true, rows>(f, blocks, a, r0, out)
-      MOONCAKE_BY_ROWS(n, MOONCAKE_CALL)
-#undef MOONCAKE_CALL
-    }, y.data_ptr<float>());
+    dm_rows<true>(a, base, row_bytes, pairs, row_pairs, out_features, y.data_ptr<float>());
   } else {
-    multiply(a, out_features, [&](int64_t o, int64_t r0, int n, float* out) {
-      const DmBlocks<false> f{base + o * row_bytes, pairs + o * row_pairs};
-#define MOONCAKE_CALL(rows) dm_row<false, rows>(f, blocks, a, r0, out)
-      MOONCAKE_BY_ROWS(n, MOONCAKE_CALL)
-#undef MOONCAKE_CALL
-    }, y.data_ptr<float>());
+    dm_rows<false>(a, base, row_bytes, pairs, row_pairs, out_features, y.data_ptr<float>());
   }
   return finish(y, bias, x.scalar_type());
 }
