@@ -64,10 +64,10 @@ $(STAMP): $(TORCH_STAMP) pyproject.toml
 	@touch $(STAMP)
 
 # Never fails the install: without a compiler or AVX512-BF16 the engine uses its packed bf16 path. Run as a
-# file (runpy), not as inference.models.kernel_build: that package's models import transformers, which
+# file (runpy), not as inference.models.kernels.build: that package's models import transformers, which
 # pip may still be installing; the builder needs torch and the standard library only.
-$(KERNEL_STAMP): $(if $(NVIDIA),$(STAMP),$(TORCH_STAMP)) $(wildcard inference/models/csrc/*) inference/models/kernel_build.py
-	$(BIN)/python -c 'import runpy; runpy.run_path("inference/models/kernel_build.py", run_name="__main__")' \
+$(KERNEL_STAMP): $(if $(NVIDIA),$(STAMP),$(TORCH_STAMP)) $(shell find inference/models/kernels/csrc -type f) inference/models/kernels/build.py
+	$(BIN)/python -c 'import runpy; runpy.run_path("inference/models/kernels/build.py", run_name="__main__")' \
 		--cache-dir "$(CACHE_DIR)" --cxx "$(KERNEL_CXX)"
 	@touch $@
 

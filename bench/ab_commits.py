@@ -180,8 +180,8 @@ class Server:
 
 
 def model_dir() -> Path:
-    from inference.models.gguf_convert import ensure_converted
-    from inference.models.loader import resolve_source
+    from inference.models.gguf.convert import ensure_converted
+    from inference.models.loader.source import resolve_source
 
     return ensure_converted(resolve_source("default"), Path(os.environ["MOONCAKE_CACHE_DIR"])).resolve()
 

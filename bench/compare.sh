@@ -150,8 +150,8 @@ MODEL_INFO=$("$PY" - <<'EOF'
 import os
 from pathlib import Path
 
-from inference.models.gguf_convert import ensure_converted
-from inference.models.loader import resolve_source
+from inference.models.gguf.convert import ensure_converted
+from inference.models.loader.load import resolve_source
 
 # The server's cache folder, as webapp/settings resolves it (the engine itself reads no environment).
 cache = os.environ.get("MOONCAKE_CACHE_DIR") or Path(os.environ.get("MOONCAKE_DATA") or "var") / "cache"

@@ -6,7 +6,8 @@ how many bytes the all-to-all moves, per step, for a placement of the experts (d
     python -m bench.ep_sim --record FILE.npz   # record one from our engine's MoE layers (tiny random model)
 
 No real weights exist on this machine, so the default traces are synthetic: logits with a stated skew
-(ep_trace.Skew) through our router, `inference.models.moe.route`. Accounting, per step of N tokens and per
+(ep_trace.Skew) through our router, `inference.models.layers.moe.layer.route`. Accounting, per step of N
+tokens and per
 MoE layer: the step's tokens live on the devices in equal contiguous slices (their "home"); a (token,
 expert) pair runs on the home device if it holds that expert, else on one of the expert's replicas (chosen
 by pair index). A token is sent to a remote device once however many of its experts live there, and that

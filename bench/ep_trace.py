@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from inference.models.moe import route
+from inference.models.layers.moe.layer import route
 
 IntArray = npt.NDArray[np.int64]
 
@@ -174,8 +174,8 @@ def record(model_dir: Path, sequences: list[list[int]]) -> Trace:
     hook on every SparseMoE routes the layer's own input with the layer's own gate, as its forward does."""
     from inference.core.model_io import ScheduledChunk
     from inference.core.model_runner import ModelRunner
-    from inference.models.loader import load_model
-    from inference.models.moe import SparseMoE
+    from inference.models.layers.moe.layer import SparseMoE
+    from inference.models.loader.load import load_model
 
     loaded = load_model(str(model_dir), dtype="float32", device="cpu")
     total = sum(len(s) for s in sequences)

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from bench.gpu_moe import check_moe
-from inference.models.attention import BatchLayout
-from inference.models.attention.torch_backend import TorchAttentionBackend
-from inference.models.attention.triton_backend import TritonAttentionBackend
-from inference.models.attention.triton_decode import num_splits, paged_decode, store_kv
+from inference.models.layers.attention import BatchLayout
+from inference.models.layers.attention.torch_backend import TorchAttentionBackend
+from inference.models.layers.attention.triton_backend import TritonAttentionBackend
+from inference.models.layers.attention.triton_decode import num_splits, paged_decode, store_kv
 
 BLOCK = 16
 SHAPES = {"qwen3-0.6b": (16, 8, 128), "llama3-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}
@@ -156,8 +156,8 @@ def build_runner(shape: dict[str, Any], *, eager: bool) -> Any:
     from transformers import Qwen3Config
 
     from inference.core.model_runner import ModelRunner
-    from inference.models import Qwen3ForCausalLM
-    from inference.models.loader import LoadedModel
+    from inference.models.architectures.qwen import Qwen3ForCausalLM
+    from inference.models.loader.load import LoadedModel
 
     config = Qwen3Config(**shape)
     torch.manual_seed(0)

@@ -1,5 +1,5 @@
-"""Fused MoE on CUDA: the Triton grouped GEMM (inference/models/moe_triton.py) against the per-expert
-reference, in bf16 at OLMoE's shape (hidden 2048, expert width 1024, 64 experts, top 8).
+"""Fused MoE on CUDA: the Triton grouped GEMM (inference/models/layers/moe/fused_experts.py) against the
+per-expert reference, in bf16 at OLMoE's shape (hidden 2048, expert width 1024, 64 experts, top 8).
 
     python -m bench.gpu_moe              # needs CUDA and Triton; ~15 s on an H200, most of it compiling
     python -m bench.gpu_kernels --moe    # the same, as the kernel check's MoE section alone
@@ -73,7 +73,13 @@ def check_moe(
     dtype: torch.dtype = torch.bfloat16,
 ) -> list[str]:
     """Print one table row per batch size; return the failures."""
-    from inference.models.moe_triton import align_pairs, fused_moe, moe_reference, supports, tile_config
+    from inference.models.layers.moe.fused_experts import (
+        align_pairs,
+        fused_moe,
+        moe_reference,
+        supports,
+        tile_config,
+    )
 
     w_gate_up, w_down = make_weights(shape, dtype, device)
     exact_weights = (w_gate_up.float(), w_down.float())

@@ -1,6 +1,6 @@
 """GPU check of a mixture-of-experts model through our engine: a random Qwen3-MoE-shaped checkpoint in bf16
-on CUDA, its experts through the fused Triton kernel (moe_triton.py), against transformers' own model of
-the same weights on the same device; then our engine's throughput on it.
+on CUDA, its experts through the fused Triton kernel (layers/moe/fused_experts.py), against transformers' own
+model of the same weights on the same device; then our engine's throughput on it.
 
     python -m bench.gpu_moe_model            # needs CUDA; about a minute on an H200
     python -m bench.gpu_moe_model --smoke    # a tiny shape on CPU (the per-expert path): the plumbing only
@@ -50,8 +50,8 @@ SMOKE = {
 def build(folder: Path, shape: dict[str, object], tokenizer: Path | None) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from inference.models.gguf_convert import ensure_converted
-    from inference.models.loader import default_gguf_path
+    from inference.models.gguf.convert import ensure_converted
+    from inference.models.loader.source import default_gguf_path
 
     config = AutoConfig.for_model("qwen3_moe", **shape)
     torch.manual_seed(0)
@@ -74,14 +74,14 @@ def main(argv: list[str]) -> int:
     if not smoke and not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
+    from inference.models.layers.linear.moe import layer as moe
     from transformers import AutoModelForCausalLM
 
     from inference import EngineConfig, LLMEngine, SamplingParams
     from inference.core.model_io import ScheduledChunk
     from inference.core.model_runner import ModelRunner
-    from inference.models import moe
-    from inference.models.loader import load_model
-    from inference.models.moe import SparseMoE
+    from inference.models.layers.moe.layer import SparseMoE
+    from inference.models.loader.load import load_model
 
     failures = []
     with tempfile.TemporaryDirectory() as tmp:

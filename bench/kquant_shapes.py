@@ -36,8 +36,8 @@ def write_gguf(path: Path, shape: str, seed: int = 0) -> int:
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
     from gguf.constants import GGMLQuantizationType as T
 
-    from inference.models.gguf_blocks import KQuantBlocks
-    from inference.models.loader import default_gguf_path
+    from inference.models.loader.source import default_gguf_path
+    from inference.models.quantization.gguf.formats import KQuantBlocks
 
     layers, hidden, heads, kv_heads, inter, vocab = SHAPES[shape]
     source = GGUFReader(default_gguf_path())
@@ -124,7 +124,7 @@ def measure(
             max_num_seqs=16,
             kv_cache_memory_bytes=1 << 30,
             gguf_dense_copy=dense_copy,
-            q4_amx=amx,
+            gguf_amx_decode=amx,
             kquant_activations=activations,
         )
     )
@@ -175,7 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     copy = {"auto": None, "on": True, "off": False}[args.dense_copy]
     if args.convert:  # once, in its own process: the measured one starts from a warm conversion cache
-        from inference.models.gguf_convert import ensure_converted
+        from inference.models.gguf.convert import ensure_converted
 
         ensure_converted(Path(args.convert[0]), Path(args.convert[1]))
         return

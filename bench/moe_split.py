@@ -16,10 +16,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from inference.models.layers.linear.moe import layer as moe
+
 from inference import EngineConfig, LLMEngine, SamplingParams
-from inference.models import moe
-from inference.models.decoder import DecoderAttention
-from inference.models.loader import load_model
+from inference.models.architectures.decoder import DecoderAttention
+from inference.models.loader.load import load_model
 
 TOTALS: dict[str, float] = defaultdict(float)
 

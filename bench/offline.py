@@ -58,8 +58,9 @@ def _checkpoint_dir(loaded: Any) -> Path:
     folder, so the dequantized checkpoint is written beside them first."""
     if any(Path(loaded.model_dir).glob("*.safetensors")):
         return Path(loaded.model_dir)
-    from inference.models.gguf_convert import ensure_converted
-    from inference.models.loader import DEFAULT_CACHE_DIR, resolve_source
+    from inference.models.gguf.convert import ensure_converted
+    from inference.models.loader.load import DEFAULT_CACHE_DIR
+    from inference.models.loader.source import resolve_source
 
     return ensure_converted(resolve_source(loaded.source), DEFAULT_CACHE_DIR)
 

@@ -73,8 +73,8 @@ def write_hf_folder(shape: str, folder: Path, seed: int = 0) -> None:
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from inference.models.gguf_convert import ensure_converted
-    from inference.models.loader import default_gguf_path
+    from inference.models.gguf.convert import ensure_converted
+    from inference.models.loader.source import default_gguf_path
 
     tokenizer_dir = ensure_converted(default_gguf_path(), ROOT / "var" / "cache")
     options = dict(SHAPES[shape])

@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from inference.models.loader import load_model
+    from inference.models.loader.load import load_model
 
     loaded = load_model("default", dtype=args.dtype, device=args.device)
     results = []

@@ -59,12 +59,12 @@ def linear_runner(fmt: str, batch: int) -> Callable[[], object]:
             continue
         weight = torch.randn(out_features, in_features, generator=gen).to(dtype)
         if fmt == "bf16-packed":
-            from inference.models.onednn import pack_weight, packed_linear
+            from inference.models.quantization.onednn import pack_weight, packed_linear
 
             w = pack_weight(weight)
             calls.append(lambda x=x, w=w: packed_linear(x, w, None))
         elif fmt == "bf16-tiles":
-            from inference.models.tile_linear import pack_tiles, tile_linear
+            from inference.models.quantization.amx_tiles import pack_tiles, tile_linear
 
             t = pack_tiles(weight)
             calls.append(lambda x=x, t=t: tile_linear(x, t, None))
@@ -79,9 +79,10 @@ def linear_runner(fmt: str, batch: int) -> Callable[[], object]:
 
 
 def load_default() -> Any:
-    from inference.models.layers import Linear
-    from inference.models.linear_method import PackedMethod, TileMethod
-    from inference.models.loader import load_model
+    from inference.models.layers.linear import Linear
+    from inference.models.loader.load import load_model
+    from inference.models.quantization.amx_tiles import TileMethod
+    from inference.models.quantization.onednn import PackedMethod
 
     model = load_model("default", dtype="bfloat16", device="cpu").model
     dense_bf16 = (PackedMethod, TileMethod)
@@ -98,7 +99,7 @@ def packed(method: Any) -> Any:
 def model_runner(model: Any, batch: int, *, q4_decode: bool) -> Callable[[], object]:
     """The default model's own projections and head; with q4_decode, as the engine runs them (small
     batches read the GGUF's Q4_1/Q8_0 blocks), else all through the dense bf16 weights."""
-    from inference.models.layers import Linear
+    from inference.models.layers.linear import Linear
 
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     inputs = {m.in_features: torch.randn(batch, m.in_features).bfloat16() for m in linears}
@@ -135,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
     print(f"copy_ of 512 MiB: {2 * src.numel() * 4 / copy_ms / 1e6:.1f} GB/s (read + write)\n")
     from inference.cache_dir import DEFAULT_CACHE_DIR
-    from inference.models.tile_linear import cpu_has_amx, load_tiles
+    from inference.models.quantization.amx_tiles import cpu_has_amx, load_tiles
 
     formats = ["fp32", "bf16", "bf16-packed", "int4"]
     if cpu_has_amx() and load_tiles(DEFAULT_CACHE_DIR):
@@ -148,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"| random, {fmt} | " + " | ".join(cells) + " |", flush=True)
         model = load_default()
         for label, q4 in (("dense bf16", False), ("as served (its GGUF blocks for <= 16 rows)", True)):
-            cells = [f"{timed(model_runner(model, b, q4_decode=q4), args.repeat):.1f}" for b in args.batch]
+            cells = [f"{timed(model_runner(model, b, gguf_kernels=q4), args.repeat):.1f}" for b in args.batch]
             print(f"| default model, {label} | " + " | ".join(cells) + " |")
     return 0
 

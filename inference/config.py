@@ -1,6 +1,9 @@
 """Engine configuration: EngineConfig is the flat form users write (mooncake.yaml's `model` and `engine`
 sections), with the common settings and every engine type's own; it builds the typed groups each engine
 type reads (inference.config_groups), so a bad value fails at construction with the setting's name.
+
+Over 300 lines: the one flat form of every engine setting users write, each field with its reason, and the
+checks that tie settings of different groups together.
 """
 
 from __future__ import annotations
@@ -13,16 +16,15 @@ from typing import Any
 
 from inference.config_groups import (
     DEFAULT_MAX_QUEUE_LEN,
-    KQUANT_ACTIVATIONS,
     REMOTE_SETTINGS,
     SERVER_SETTINGS,
     CacheConfig,
+    CpuKernelConfig,
     ModelConfig,
     RemoteSettings,
     SchedulerConfig,
     ServerSettings,
     check_batch_holds_sequences,
-    check_choice,
     check_positive,
     check_task,
     off_or_positive,
@@ -42,7 +44,15 @@ IN_PROCESS_TYPES = ("native", "transformers")
 ENGINE_TYPES = (*IN_PROCESS_TYPES, "openai", *SUPERVISED_TYPES)
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
 _IGNORED_KEYS = frozenset({"name", "aliases", "keep_alive", "keep_alive_seconds"})
-_ALIASES = {"model_id": "model", "type": "engine_type"}
+# Other names a setting is read by: yaml shorthands, and the names settings had before (kept working).
+_ALIASES = {
+    "model_id": "model",
+    "type": "engine_type",
+    "q4_decode": "gguf_kernels",
+    "q4_amx": "gguf_amx_decode",
+}
+# Values renamed: quantization "gguf" kept only Q4_0/Q4_1 4-bit, which "int4" now says.
+_VALUE_ALIASES = {"quantization": {"gguf": "int4"}}
 # EngineConfig fields that only a remote engine (`openai` or a supervised type) reads.
 REMOTE_FIELDS = (*REMOTE_SETTINGS, *SERVER_SETTINGS)
 
@@ -112,14 +122,16 @@ class EngineConfig:
     # Schedule and launch step N+1 while step N runs on the device, its sampled ids feeding N+1 there
     # (inference.core.async_step). None: on for CUDA, off on CPU (where the device work is synchronous).
     async_scheduling: bool | None = None
-    # "gguf": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
+    # "int4": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
     quantization: str = "none"
     seed: int = 0
     # Where converted GGUFs and the compiled decode kernel live (a private 0700 folder); None: ./var/cache.
     cache_dir: str | None = None
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: every core we may run on
-    q4_decode: bool = True  # read a GGUF's blocks: bf16 decoding rows, or every fp32 batch on AVX2 CPUs
-    q4_amx: bool = False  # that kernel on AMX tiles at every row count (else registers; both invariant)
+    # The CPU kernels' settings (CpuKernelConfig, cpu_kernels()): read a GGUF's blocks (bf16 decoding rows,
+    # or every fp32 batch on AVX2 CPUs); Q4/Q8_0 decoding rows on AMX tiles at every row count.
+    gguf_kernels: bool = True
+    gguf_amx_decode: bool = False
     kquant_activations: str = "int16"  # K-quant decoding rows (AVX2: every block row): KQUANT_ACTIVATIONS
     # Keep a dense bf16 copy of the projections a GGUF stores in blocks the kernels read (2 bytes per weight
     # more), which prompts and batches past 16 rows then multiply with. None: only where the CPU lacks AMX
@@ -152,16 +164,13 @@ class EngineConfig:
         # Build the groups once so a bad value fails at construction, not at load time.
         self._check_engine_type()
         check_task(self.task, self.engine_type)
-        check_choice("kquant_activations", self.kquant_activations, KQUANT_ACTIVATIONS)
+        self.quantization = _VALUE_ALIASES["quantization"].get(self.quantization, self.quantization)
         self.speculative = SpeculativeConfig.from_value(self.speculative)  # a mapping when built from yaml
         if self.speculative is not None and self.engine_type != "native":
             raise ValueError(
                 f"speculative applies to engine type 'native' only (type is {self.engine_type!r})"
             )
-        if self.gguf_dense_copy not in (None, True, False):
-            raise ValueError(
-                f"gguf_dense_copy must be true, false or null (auto), got {self.gguf_dense_copy!r}"
-            )
+        self.cpu_kernels()
         if self.async_scheduling not in (None, True, False):
             raise ValueError(
                 f"async_scheduling must be true, false or null (auto), got {self.async_scheduling!r}"
@@ -210,7 +219,7 @@ class EngineConfig:
                 raise ValueError(f"{', '.join(stray)} only apply to engine type 'openai' (type is {kind!r})")
             if kind == "transformers" and self.quantization != "none":
                 raise ValueError(
-                    "quantization 'gguf' applies to engine type 'native' only; engine type 'transformers' "
+                    "quantization 'int4' applies to engine type 'native' only; engine type 'transformers' "
                     "runs the weights in dtype"
                 )
             return
@@ -259,6 +268,16 @@ class EngineConfig:
             self.attention_backend,
             self.seed,
             self.quantization,
+        )
+
+    def cpu_kernels(self) -> CpuKernelConfig:
+        return CpuKernelConfig(
+            self.gguf_kernels,
+            self.gguf_amx_decode,
+            self.kquant_activations,
+            self.gguf_dense_copy,
+            self.kernel_compiler,
+            self.cache_dir,
         )
 
     def cache_config(self) -> CacheConfig:

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, fields
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
-QUANTIZATIONS = ("none", "gguf")
+# "int4": a GGUF's Q4_0/Q4_1 projections kept 4-bit in torch's int4 layout (CPU, bf16). Its old name
+# "gguf" is still read (inference.config's alias table).
+QUANTIZATIONS = ("none", "int4")
 # How K-quant decoding rows meet a GGUF's blocks: activations to 14 or 8 bits per 256 values (integer dot
 # products; int8 is llama.cpp's numerics), or bf16 (the exact product of the dequantized weights).
 KQUANT_ACTIVATIONS = ("int16", "int8", "bf16")
@@ -88,6 +90,28 @@ class ModelConfig:
             check_positive("max_model_len", self.max_model_len)
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CpuKernelConfig:
+    """How the native CPU kernels are used and built (inference/models/quantization/plan.py decides with
+    it)."""
+
+    gguf_kernels: bool = True  # read a GGUF's blocks as stored where a kernel for this CPU passes its check
+    gguf_amx_decode: bool = False  # Q4/Q8_0 decoding rows on AMX tiles at every row count (else registers)
+    kquant_activations: str = "int16"  # how K-quant rows meet activations: KQUANT_ACTIVATIONS
+    # Keep a dense copy of the block-read projections, for prompts and large batches; None: the plan
+    # decides (bf16: only where AMX tiles are not available; fp32 AVX2: only for files without K-quants).
+    gguf_dense_copy: bool | None = None
+    kernel_compiler: str = "c++"  # compiles a kernel that was not built at install time
+    cache_dir: str | None = None  # where compiled kernels (and converted GGUFs) live; None: ./var/cache
+
+    def __post_init__(self) -> None:
+        check_choice("kquant_activations", self.kquant_activations, KQUANT_ACTIVATIONS)
+        if self.gguf_dense_copy not in (None, True, False):
+            raise ValueError(
+                f"gguf_dense_copy must be true, false or null (auto), got {self.gguf_dense_copy!r}"
+            )
 
 
 @dataclass(slots=True)

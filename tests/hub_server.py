@@ -497,8 +497,8 @@ def bundled_model_repo(dest: Path, *, cache_dir: Path | None = None) -> Path:
     change them.
     """
     from inference.cache_dir import ensure_private_dir
-    from inference.models.gguf_convert import ensure_converted
-    from inference.models.loader import resolve_source
+    from inference.models.gguf.convert import ensure_converted
+    from inference.models.loader.source import resolve_source
 
     cache = cache_dir or Path(os.environ.get("MOONCAKE_CACHE_DIR") or REPO_ROOT / "var" / "cache")
     converted = ensure_converted(resolve_source("default"), ensure_private_dir(cache))

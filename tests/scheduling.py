@@ -28,10 +28,10 @@ SLOWEST_FIRST = (
     "tests/webapp/api/test_conformance.py",
     "tests/inference/core/test_engine_real.py",
     # and in the unit step, where most files take seconds:
-    "tests/inference/models/test_kernel_build.py",
-    "tests/inference/models/test_fused_decode.py",
+    "tests/inference/models/kernels/test_build.py",
+    "tests/inference/models/quantization/gguf/test_fused_layers.py",
     "tests/webapp/core/test_cli.py",
-    "tests/inference/models/test_triton_attention.py",
+    "tests/inference/models/layers/test_triton_attention.py",
     "tests/webapp/core/test_model_list.py",
 )
 _SCOPES = {path: "models-list-server" for path in MODELS_LIST_SUITES}

@@ -374,3 +374,70 @@ def test_the_web_layer_reaches_the_engine_through_the_contract_registry_and_mana
         and not _package_of(imp.target, allowed)
     ]
     assert not bad, "the web layer imports engine internals:\n" + "\n".join(bad)
+
+
+# ---- inference/models, by concept -----------------------------------------------------------------
+
+
+def test_architectures_and_layers_know_quantization_only_by_its_base() -> None:
+    """A layer asks its LinearMethod (or EmbeddingLookup); which formats and kernels exist is
+    quantization's business, so a new format or kernel changes no architecture."""
+    bad = [
+        f"{imp.where()} imports {imp.target}"
+        for imp in import_graph(["inference"])
+        if _package_of(imp.source, ("inference.models.architectures", "inference.models.layers"))
+        and _package_of(imp.target, ("inference.models.quantization", "inference.models.kernels"))
+        and imp.target != "inference.models.quantization.base"
+    ]
+    assert not bad, "architectures and layers import quantization only through its base:\n" + "\n".join(bad)
+
+
+def test_the_gguf_format_loads_no_torch() -> None:
+    """Reading a GGUF's header (the console, `mooncake check`, the memory plan) never imports torch."""
+    bad = [
+        f"{imp.where()} imports {imp.target}"
+        for imp in import_graph(["inference"])
+        if imp.source.startswith("inference.models.gguf")
+        and imp.top_level
+        and imp.target.split(".")[0] == "torch"
+    ]
+    assert not bad, "inference.models.gguf imports torch at module level:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "inference.models.gguf.reader",
+        "inference.models.registry",
+        "inference.models.quantization.plan",
+        "inference.manager.native_path",
+        "inference.manager.footprint",
+    ],
+)
+def test_header_readers_and_the_plan_import_no_torch(module: str) -> None:
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0, module
+
+
+def test_the_manager_keeps_no_gguf_type_tables() -> None:
+    """The block types live in quantization/plan.py alone: a list elsewhere drifts (it did, three times)."""
+    names = ("Q4_0", "Q4_K", "IQ4_XS")
+    bad = []
+    for module, path in source_files(["inference"]).items():
+        if not module.startswith("inference.manager"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                bad.append(f"{module}:{node.lineno} names {node.value!r}")
+    assert not bad, "inference/manager defines GGUF type lists (use quantization.plan's):\n" + "\n".join(bad)
+
+
+def test_every_native_source_is_in_a_librarys_build_hash() -> None:
+    from inference.models.kernels.build import CSRC, LIBRARIES
+
+    hashed = {path for library in LIBRARIES for path in library.inputs}
+    files = {path for path in CSRC.rglob("*") if path.is_file()}
+    assert files and files <= hashed, sorted(str(p.relative_to(CSRC)) for p in files - hashed)

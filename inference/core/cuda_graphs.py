@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from inference.core.model_io import InFlightIds
-from inference.models import DecoderForCausalLM
+from inference.models.architectures.decoder import DecoderForCausalLM
 
 logger = logging.getLogger(__name__)
 

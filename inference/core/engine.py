@@ -33,7 +33,7 @@ from inference.outputs import RequestOutput
 from inference.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from inference.models.loader import LoadedModel
+    from inference.models.loader.load import LoadedModel
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class LLMEngine:
         self, config: EngineConfig, *, loaded: LoadedModel | None = None, runner: Runner | None = None
     ):
         if loaded is None:
-            from inference.models.loader import load_from_config  # heavy import, only when we load here
+            from inference.models.loader.load import load_from_config  # heavy import, only when we load here
 
             loaded = load_from_config(config)
         if runner is None:

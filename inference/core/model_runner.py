@@ -19,18 +19,13 @@ from inference.core.cuda_graphs import DecodeGraphs, GraphableBackend
 from inference.core.model_io import InFlightIds, ScheduledChunk, StepLogits
 from inference.core.step_inputs import HostBatch, host_batch
 from inference.device import cpu_thread_count
-from inference.models import DecoderForCausalLM
-from inference.models.attention import BatchLayout, select_backend
-from inference.models.fused_decode import FusedDecode
-from inference.models.kv_cache import (
-    KVBudget,
-    allocate_kv_cache,
-    cpu_kv_budget,
-    max_model_len_error,
-    mib,
-)
-from inference.models.linear_method import blocks_for_small_batches
-from inference.models.loader import LoadedModel
+from inference.models.architectures.decoder import DecoderForCausalLM
+from inference.models.layers.attention import BatchLayout, select_backend
+from inference.models.layers.attention.kv_cache import allocate_kv_cache
+from inference.models.layers.kv_budget import KVBudget, cpu_kv_budget, max_model_len_error, mib
+from inference.models.loader.load import LoadedModel
+from inference.models.quantization.gguf.fused_layers import FusedDecode
+from inference.models.quantization.gguf.method import blocks_for_small_batches
 
 logger = logging.getLogger(__name__)
 

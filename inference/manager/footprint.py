@@ -14,17 +14,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from inference.config import EngineConfig
+from inference.config_groups import CpuKernelConfig
 from inference.manager.memory_plan import Footprint
-from inference.models.kv_cache import KVBudget, max_model_len_error
-
-# gguf_blocks.py's (kept torch-free here)
-BLOCK_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
-KQUANT_TYPES = BLOCK_TYPES[3:]
+from inference.models.layers.kv_budget import (
+    DEFAULT_CPU_KV_BYTES,
+    DEFAULT_CPU_RAM_FRACTION,
+    KVBudget,
+    max_model_len_error,
+)
+from inference.models.quantization.plan import BLOCK_TYPES, INT4_TYPES, CpuFacts, WeightPlan, plan_weights
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# Mirrors inference.models.kv_cache's CPU default (kept torch-free here).
-CPU_KV_CAP_BYTES = 2 << 30
-CPU_KV_RAM_FRACTION = 0.25
+CPU_KV_CAP_BYTES = DEFAULT_CPU_KV_BYTES
+CPU_KV_RAM_FRACTION = DEFAULT_CPU_RAM_FRACTION
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +37,15 @@ class ModelShape:
     head_dim: int
     context_length: int
     file_bytes: int
-    # A GGUF's tensors in types the CPU block kernels read (q4_decode.py): their bytes in the file, and the
-    # elements of those that are projections (the token embedding stays dense for lookups).
+    # A GGUF's tensors in types the CPU block kernels read (quantization/gguf/avx512.py): their bytes in the
+    # file, and the elements of those that are projections (the token embedding stays dense for lookups).
     block_bytes: int = 0
     block_params: int = 0
     # Its token embedding, where that is in such a type (not Q4): the bytes an fp32 model's lookups keep
     # beyond block_bytes (none when tied: the head's blocks are shared), and its elements.
     lookup_bytes: int = 0
     lookup_params: int = 0
-    kquants: bool = False  # some of its projections are K-quants (an fp32 AVX2 model then reads its blocks)
+    file_types: frozenset[str] | None = None  # a GGUF's tensor types (GGUFFile.tensor_types); None: not one
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,29 +56,60 @@ class DeviceFacts:
     total_bytes: int  # the GPU's memory, or the machine's RAM
     available_bytes: int  # free now
     auto_dtype_bytes: int
-    block_kernels: bool = False  # the CPU runs the GGUF block kernels (AVX512-BF16)
-    amx: bool = False  # and has AMX tiles (where a model keeps no dense copy by default)
-    avx2_blocks: bool = False  # fp32 models with dtype "auto" read a GGUF's blocks (avx2_blocks.py)
+    # What the CPU's kernels passed at their checks (quantization/probe.py), as the weight plan reads them:
+    block_kernels: bool = False  # the AVX512-BF16 GGUF block kernels
+    amx: bool = False  # the AMX tile linears (where a model keeps no dense copy by default)
+    avx2_blocks: bool = False  # the AVX2 GGUF block kernels (fp32 models with dtype "auto")
+    packing: bool | None = None  # oneDNN's packed bf16 linears; None: wherever "auto" is bf16
+
+    def cpu(self) -> CpuFacts:
+        """The facts the weight plan is decided from (quantization/plan.py)."""
+        bf16 = self.auto_dtype_bytes == 2
+        return CpuFacts(
+            kind=self.kind,
+            auto_dtype="bfloat16" if bf16 else "float32",
+            avx512_blocks=self.block_kernels,
+            amx_tiles=self.amx,
+            avx2_blocks=self.avx2_blocks,
+            onednn_packing=bf16 if self.packing is None else self.packing,
+        )
 
 
-def probe_device(device: str = "auto") -> DeviceFacts:
-    """The device EngineConfig.device resolves to (imports torch; on a GPU, initialises CUDA)."""
+def weight_plan(config: EngineConfig, device: DeviceFacts, file_types: frozenset[str] | None) -> WeightPlan:
+    """The plan the load will make for `config` on `device` (the same function the load calls)."""
+    return plan_weights(
+        cpu=device.cpu(),
+        dtype=config.dtype,
+        quantization=config.quantization,
+        kernels=config.cpu_kernels(),
+        file_types=file_types,
+    )
+
+
+def probe_device(device: str = "auto", kernels: CpuKernelConfig | None = None) -> DeviceFacts:
+    """The device EngineConfig.device resolves to (imports torch; on a GPU, initialises CUDA), with what its
+    CPU kernels passed under `kernels`' settings (the load's own probe, quantization/probe.py)."""
     import psutil
     import torch
-
-    from inference.device import fast_bf16_cpu
 
     ram = psutil.virtual_memory()
     if device != "cpu" and torch.cuda.is_available():
         index = torch.device(device if device.startswith("cuda") else "cuda").index or 0
         free, total = torch.cuda.mem_get_info(index)
         return DeviceFacts("cuda", int(total), int(free), 2)  # "auto": bf16 or fp16, 2 bytes either way
-    from inference.models.kernel_build import avx2_supported, cpu_supported
-    from inference.models.tile_linear import cpu_has_amx
+    from inference.models.quantization.probe import probe_cpu
 
-    auto = 2 if fast_bf16_cpu() else 4
-    avx2 = auto == 4 and avx2_supported()
-    return DeviceFacts("cpu", int(ram.total), int(ram.available), auto, cpu_supported(), cpu_has_amx(), avx2)
+    cpu = probe_cpu(kernels or CpuKernelConfig())
+    return DeviceFacts(
+        "cpu",
+        int(ram.total),
+        int(ram.available),
+        2 if cpu.auto_dtype == "bfloat16" else 4,
+        block_kernels=cpu.avx512_blocks,
+        amx=cpu.amx_tiles,
+        avx2_blocks=cpu.avx2_blocks,
+        packing=cpu.onednn_packing,
+    )
 
 
 def read_shape(path: Path) -> ModelShape:
@@ -153,31 +186,24 @@ def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, devic
 
 
 def _weight_bytes(config: EngineConfig, shape: ModelShape, device: DeviceFacts, elem: int) -> int:
-    """quantization "gguf" keeps the file's 4-bit blocks as the weights. A bf16 CPU model from a GGUF keeps
-    the blocks its kernels read, and its other weights in bf16: the block-read projections too where it
-    keeps a dense copy of them (gguf_dense_copy; by default only where the CPU lacks AMX). So does an fp32 one
-    whose dtype is "auto" on a CPU without AVX512-BF16, unless it asks for the dense copy (then it is the
-    dense fp32 model)."""
-    if config.quantization == "gguf":
+    """As the weight plan holds them: int4 keeps the file's 4-bit blocks as the weights. A model that reads
+    a GGUF's blocks keeps them, and its other weights in its dtype: the block-read projections too where
+    the plan keeps a dense copy of them. Where the embedding looks its rows up in the blocks (fp32 on AVX2),
+    it holds no dense table either."""
+    plan = weight_plan(config, device, shape.file_types)
+    if plan.int4:
         return shape.file_bytes
     dense = shape.num_params * elem
-    bf16_blocks = elem == 2 and device.block_kernels
-    fp32_blocks = elem == 4 and config.dtype == "auto" and device.avx2_blocks
-    fp32_blocks = fp32_blocks and (
-        config.gguf_dense_copy is False or (config.gguf_dense_copy is None and shape.kquants)
-    )
-    reads_blocks = device.kind == "cpu" and config.q4_decode and (bf16_blocks or fp32_blocks)
-    if not reads_blocks or shape.block_bytes == 0:
+    if plan.blocks is None or shape.block_bytes == 0:
         return dense
-    if fp32_blocks:  # no dense copy; the embedding looks its rows up in the blocks (block_embedding.py)
+    if plan.embedding_lookup:
         held = shape.block_params + shape.lookup_params
         return dense + shape.block_bytes + shape.lookup_bytes - held * elem
-    dense_copy = config.gguf_dense_copy if config.gguf_dense_copy is not None else not device.amx
-    return dense + shape.block_bytes - (0 if dense_copy else shape.block_params * elem)
+    return dense + shape.block_bytes - (0 if plan.dense_copy else shape.block_params * elem)
 
 
 def _gguf_shape(path: Path) -> ModelShape:
-    from inference.models.gguf_file import GGUFFile
+    from inference.models.gguf.reader import GGUFFile
 
     reader = GGUFFile(path)
 
@@ -198,10 +224,10 @@ def _gguf_shape(path: Path) -> ModelShape:
         for t in reader.tensors
         if t.type_name in BLOCK_TYPES
         and len(t.dims) in (2, 3)  # a 3-D tensor holds every expert of a layer, each read as blocks
-        and (t.name != "token_embd.weight" or (tied and t.type_name not in ("Q4_0", "Q4_1")))
+        and (t.name != "token_embd.weight" or (tied and t.type_name not in INT4_TYPES))
     ]
     embedding = [t for t in reader.tensors if t.name == "token_embd.weight" and t.type_name in BLOCK_TYPES]
-    lookup = [t for t in embedding if t.type_name not in ("Q4_0", "Q4_1")]
+    lookup = [t for t in embedding if t.type_name not in INT4_TYPES]
     head_dim = field(f"{arch}.attention.key_length", field(f"{arch}.embedding_length") // heads)
     return ModelShape(
         num_params=sum(t.n_elements for t in reader.tensors),
@@ -214,7 +240,7 @@ def _gguf_shape(path: Path) -> ModelShape:
         block_params=sum(t.n_elements for t in read if t.name != "token_embd.weight"),
         lookup_bytes=0 if tied else sum(t.data.nbytes for t in lookup),
         lookup_params=sum(t.n_elements for t in lookup),
-        kquants=any(t.type_name in KQUANT_TYPES for t in read),
+        file_types=reader.tensor_types(),
     )
 
 

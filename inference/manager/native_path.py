@@ -19,10 +19,6 @@ from inference.config import EngineConfig
 if TYPE_CHECKING:
     from inference.manager.footprint import DeviceFacts
 
-GPU_KERNELS = "GPU kernels (Triton/flash-attn)"
-GGUF_BLOCKS = "GGUF blocks read as stored"
-_DENSE = {"float32": "fp32 dense", "bfloat16": "bf16 dense", "float16": "fp16 dense"}
-INT4_TYPES = frozenset({"Q4_0", "Q4_1"})  # what quantization "gguf" keeps 4-bit (linear_setup)
 _ELSEWHERE = {
     "openai": "the upstream server runs it",
     "vllm": "vLLM's own server runs it",
@@ -37,7 +33,7 @@ class ModelFile:
 
     architecture: str | None  # the HF `architectures` name (a GGUF's as converted); None: not readable
     gguf_architecture: str | None = None  # a GGUF's `general.architecture`
-    block_types: frozenset[str] = frozenset()  # a GGUF's block types among its weight matrices
+    file_types: frozenset[str] | None = None  # a GGUF's tensor types (GGUFFile.tensor_types); None: not one
     problem: str | None = None  # why architecture is None
 
 
@@ -46,7 +42,7 @@ class NativePath:
     engine_type: str
     architecture: str | None
     native: bool | None  # runs in our engine; None: not known (its files could not be read)
-    weights: str | None  # GGUF_BLOCKS, "bf16 dense", "fp32 dense", "fp16 dense" or GPU_KERNELS, when native
+    weights: str | None  # the weight plan's label (quantization/plan.py), when native
     label: str
 
 
@@ -77,29 +73,16 @@ def native_path(source: Path | None, config: EngineConfig, device: DeviceFacts |
 
 
 def supported_architectures() -> tuple[str, ...]:
-    from inference.models import SUPPORTED_ARCHITECTURES
+    from inference.models.registry import SUPPORTED_ARCHITECTURES
 
     return SUPPORTED_ARCHITECTURES
 
 
 def _weights(found: ModelFile, config: EngineConfig, device: DeviceFacts) -> str:
-    """As the load plans its linears (inference.models.linear_setup; sized alike in footprint.py)."""
-    if device.kind == "cuda":
-        return GPU_KERNELS
-    dtype = config.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if device.auto_dtype_bytes == 2 else "float32"
-    if config.quantization == "gguf" and found.block_types & INT4_TYPES:
-        return GGUF_BLOCKS
-    bf16_blocks = dtype == "bfloat16" and device.block_kernels
-    fp32_blocks = config.dtype == "auto" and dtype == "float32" and device.avx2_blocks  # avx2_blocks.py
-    kquants = bool(found.block_types - {"Q4_0", "Q4_1", "Q8_0"})  # else dense unless asked (linear_setup)
-    fp32_blocks = fp32_blocks and (
-        config.gguf_dense_copy is False or (config.gguf_dense_copy is None and kquants)
-    )
-    if config.q4_decode and found.block_types and (bf16_blocks or fp32_blocks):
-        return GGUF_BLOCKS
-    return _DENSE[dtype]
+    """The label of the plan the load makes (manager/footprint.py sizes the same plan)."""
+    from inference.manager.footprint import weight_plan
+
+    return weight_plan(config, device, found.file_types).label
 
 
 def read_model_file(path: Path) -> ModelFile:
@@ -128,9 +111,8 @@ def _read(target: str, mtime_ns: int, size: int) -> ModelFile:
 
 
 def _read_gguf(path: Path) -> ModelFile:
-    from inference.manager.footprint import BLOCK_TYPES
-    from inference.models.gguf_convert import GGUF_ARCHITECTURES
-    from inference.models.gguf_file import GGUFFile
+    from inference.models.gguf.convert import GGUF_ARCHITECTURES
+    from inference.models.gguf.reader import GGUFFile
 
     try:
         reader = GGUFFile(path)
@@ -139,10 +121,5 @@ def _read_gguf(path: Path) -> ModelFile:
     name = reader.field("general.architecture")
     if name is None:
         return ModelFile(None, problem=f"{path.name} has no general.architecture")
-    blocks = frozenset(
-        t.type_name
-        for t in reader.tensors
-        if t.type_name in BLOCK_TYPES and len(t.dims) >= 2 and t.name != "token_embd.weight"
-    )
     # One the converter does not map stays its GGUF name: not loadable, whatever the registry holds.
-    return ModelFile(GGUF_ARCHITECTURES.get(str(name), str(name)), str(name), blocks)
+    return ModelFile(GGUF_ARCHITECTURES.get(str(name), str(name)), str(name), reader.tensor_types())

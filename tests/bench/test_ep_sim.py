@@ -20,7 +20,7 @@ from bench.ep_trace import (
     synthetic_logits,
     synthetic_trace,
 )
-from inference.models.moe import route
+from inference.models.layers.moe.layer import route
 
 HIDDEN = 2048
 ROW = HIDDEN * 2  # one token's hidden state in bf16

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import inference.models.moe_triton
+import inference.models.layers.moe.fused_experts
 from bench.gpu_moe import SMOKE, check_moe
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -25,8 +25,8 @@ def test_check_passes_and_prints_a_row_per_batch(capsys: pytest.CaptureFixture[s
 
 def test_check_reports_a_wrong_result(monkeypatch: pytest.MonkeyPatch) -> None:
     def half(*args: torch.Tensor) -> torch.Tensor:
-        return inference.models.moe_triton.moe_reference(*args) * 0.5
+        return inference.models.layers.moe.fused_experts.moe_reference(*args) * 0.5
 
-    monkeypatch.setattr(inference.models.moe_triton, "fused_moe", half)
+    monkeypatch.setattr(inference.models.layers.moe.fused_experts, "fused_moe", half)
     failures = check_moe(SMOKE, (5,), DEVICE, torch.float32)
     assert len(failures) == 1 and failures[0].startswith("moe tokens=5: relative error")

@@ -7,7 +7,7 @@ import torch
 
 from inference.core.model_io import ScheduledChunk
 from inference.core.model_runner import ModelRunner
-from inference.models.loader import LoadedModel
+from inference.models.loader.load import LoadedModel
 
 # A 70-token prompt of ids every tiny test vocabulary (512) has.
 IDS = torch.randint(3, 512, (70,), generator=torch.Generator().manual_seed(3)).tolist()

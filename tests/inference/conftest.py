@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import inference.device
-from inference.models.gguf_convert import ensure_converted
-from inference.models.loader import LoadedModel, default_gguf_path, load_model
+from inference.models.gguf.convert import ensure_converted
+from inference.models.loader.load import LoadedModel, load_model
+from inference.models.loader.source import default_gguf_path
 from tests.live_server import shared_cache_dir
 
 # One intra-op thread: test runs share 2 cores with Daphne servers and other workers, and contended
@@ -23,7 +24,7 @@ os.environ.setdefault("MOONCAKE_CPU_THREADS", "1")
 TEST_CPU_THREADS = int(os.environ["MOONCAKE_CPU_THREADS"])
 torch.set_num_threads(TEST_CPU_THREADS)  # the HF reference models run in this process too
 # Without a GPU the Triton kernels run in Triton's CPU interpreter; it is chosen when a kernel is defined,
-# so before any test module imports inference.models.attention.triton_decode.
+# so before any test module imports inference.models.layers.attention.triton_decode.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
 from gguf.quants import quantize
 from safetensors.numpy import load_file
 
-from inference.models.loader import default_gguf_path
+from inference.models.loader.source import default_gguf_path
 
 
 @functools.cache

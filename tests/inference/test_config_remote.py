@@ -76,7 +76,7 @@ def test_transformers_engine_type_is_in_process_and_refuses_upstream_settings() 
     assert (config.engine_type, config.base_url) == ("transformers", None)
     with pytest.raises(ValueError, match=r"only apply to engine type 'openai'.*'transformers'"):
         EngineConfig.from_dict({"type": "transformers", "upstream_model": "x"})
-    with pytest.raises(ValueError, match="quantization 'gguf' applies to engine type 'native' only"):
+    with pytest.raises(ValueError, match="quantization 'int4' applies to engine type 'native' only"):
         EngineConfig.from_dict({"type": "transformers", "quantization": "gguf"})
 
 

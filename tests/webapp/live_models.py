@@ -99,8 +99,8 @@ def console_row(page: str, model: str) -> str:
 
 def write_tiny_models(models: Path) -> None:
     """Each of TINY_MODELS into models/<id>, with the bundled model's tokenizer."""
-    from inference.models.gguf_convert import ensure_converted
-    from inference.models.loader import default_gguf_path
+    from inference.models.gguf.convert import ensure_converted
+    from inference.models.loader.source import default_gguf_path
     from tests.inference.conftest import build_tiny_model_dir
     from tests.live_server import shared_cache_dir
 

@@ -14,17 +14,20 @@ from webapp.core.sourced import Sourced
 # cache_dir comes from the data-directory section (MOONCAKE_CACHE_DIR), not from here.
 ENGINE_ENV = {
     "cpu_threads": "MOONCAKE_CPU_THREADS",
-    "q4_decode": "MOONCAKE_Q4_DECODE",
-    "q4_amx": "MOONCAKE_Q4_AMX",
+    "gguf_kernels": "MOONCAKE_GGUF_KERNELS",
+    "gguf_amx_decode": "MOONCAKE_GGUF_AMX_DECODE",
     "kquant_activations": "MOONCAKE_KQUANT_ACTIVATIONS",
     "gguf_dense_copy": "MOONCAKE_GGUF_DENSE_COPY",
     "kernel_compiler": "CXX",
 }
+# The variables' names before the settings were renamed, still read (the new name wins where both are set).
+ENGINE_ENV_ALIASES = {"MOONCAKE_Q4_DECODE": "gguf_kernels", "MOONCAKE_Q4_AMX": "gguf_amx_decode"}
 
 
 def engine_environment(engine: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Sourced]:
     """The engine fields set by the environment, each checked now (at start-up, naming the variable)."""
-    found = {k: Sourced(value=env[v], source="env", origin=v) for k, v in ENGINE_ENV.items() if v in env}
+    named = [(v, k) for v, k in ENGINE_ENV_ALIASES.items()] + [(v, k) for k, v in ENGINE_ENV.items()]
+    found = {k: Sourced(value=env[v], source="env", origin=v) for v, k in named if v in env}
     for name, sourced in found.items():
         try:
             EngineConfig.from_dict({name: sourced.value})

@@ -11,7 +11,7 @@ from inference.api import ATTENTION_BACKENDS, DTYPES, QUANTIZATIONS, TASKS
 # The engine's own choice lists, labelled for the console. The labels are the ones the migrations
 # recorded (dtype's were Django's title-cased defaults), so no new migration follows from this.
 DTYPE_CHOICES = [(d, d.capitalize()) for d in DTYPES]
-_QUANTIZATION_LABELS = {"none": "none (dequantized weights)", "gguf": "gguf (keep Q4_0/Q4_1 4-bit, CPU)"}
+_QUANTIZATION_LABELS = {"none": "none (dequantized weights)", "int4": "int4 (keep Q4_0/Q4_1 4-bit, CPU)"}
 QUANTIZATION_CHOICES = [(q, _QUANTIZATION_LABELS.get(q, q)) for q in QUANTIZATIONS]
 ATTENTION_BACKEND_CHOICES = [(b, b) for b in ATTENTION_BACKENDS]
 _TASK_LABELS = {"generate": "generate (chat and completions)", "embed": "embed (/v1/embeddings)"}

@@ -21,9 +21,9 @@ from inference.cache_dir import DEFAULT_CACHE_DIR
 from inference.config import EngineConfig
 from inference.device import cpu_thread_count, resolve_device, resolve_dtype
 from inference.frontends.embedding.bundled import DEFAULT_EMBEDDING_SOURCE, bundled_model_dir
-from inference.models.bert import BertArgs, BertEncoder
-from inference.models.loader import ModelSourceError, resolve_source
-from inference.models.pooling import Pooling, pool, read_pooling
+from inference.models.architectures.bert import BertArgs, BertEncoder
+from inference.models.layers.pooling import Pooling, pool, read_pooling
+from inference.models.loader.source import ModelSourceError, resolve_source
 
 logger = logging.getLogger(__name__)
 

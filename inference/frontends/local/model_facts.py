@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from inference.core.engine import LLMEngine
-from inference.models import DecoderForCausalLM
+from inference.models.architectures.decoder import DecoderForCausalLM
 
 
 def memory_bytes(engine: LLMEngine) -> int:

@@ -27,7 +27,7 @@ from inference.frontends.remote.health import UpstreamHealth
 from inference.frontends.remote.outputs import ChoiceState
 from inference.frontends.remote.upstream import Upstream, completion_body
 from inference.metrics import EngineStats, MetricsCollector
-from inference.models.tokenizer_source import TokenizerSource, load_tokenizer_source
+from inference.models.loader.tokenizer import TokenizerSource, load_tokenizer_source
 from inference.outputs import RequestMetrics, RequestOutput
 from inference.sampling_params import SamplingParams
 from inference.status import EngineHealth

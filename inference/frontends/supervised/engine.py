@@ -24,7 +24,7 @@ from inference.frontends.supervised.process import (
     free_port,
     server_command,
 )
-from inference.models.tokenizer_source import TokenizerSource, load_tokenizer_source
+from inference.models.loader.tokenizer import TokenizerSource, load_tokenizer_source
 from inference.status import EngineHealth
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from inference.config import EngineConfig
-from inference.models.kv_cache import cpu_kv_budget
+from inference.models.layers.kv_budget import cpu_kv_budget
 from inference.sampling_params import SamplingParams
 
 PAGE_SIZE = 256  # transformers' default page; its paged kernels are tuned for it

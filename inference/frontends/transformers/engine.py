@@ -31,7 +31,7 @@ from inference.frontends.transformers.choices import TransformersChoice
 from inference.frontends.transformers.loader import load_transformers_model
 from inference.frontends.transformers.router import BatchingRunner, Route, deliver
 from inference.metrics import EngineStats, MetricsCollector
-from inference.models.loader import LoadedWeights
+from inference.models.loader.load import LoadedWeights
 from inference.outputs import RequestMetrics, RequestOutput
 from inference.sampling_params import SamplingParams
 from inference.status import EngineHealth

@@ -1,6 +1,7 @@
 """Load a model for engine type "transformers": transformers' own model class, from safetensors only.
 
-Sources are those inference.models.loader takes ("default", a Hugging Face directory, a .gguf file converted
+Sources are those inference.models.loader.load takes ("default", a Hugging Face directory, a .gguf file
+converted
 once into a cached safetensors folder), under the same rules: pickles refused, model roots checked again here
 at load, trust_remote_code off (only architectures transformers itself implements)."""
 
@@ -18,14 +19,9 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from inference.cache_dir import DEFAULT_CACHE_DIR, ensure_private_dir
 from inference.config import EngineConfig
 from inference.device import cpu_thread_count, resolve_device, resolve_dtype
-from inference.models.gguf_convert import ensure_converted
-from inference.models.loader import (
-    LoadedWeights,
-    ModelSourceError,
-    _eos_token_ids,
-    _size_on_disk,
-    resolve_source,
-)
+from inference.models.gguf.convert import ensure_converted
+from inference.models.loader.load import LoadedWeights, _eos_token_ids, _size_on_disk
+from inference.models.loader.source import ModelSourceError, resolve_source
 
 logger = logging.getLogger(__name__)
 

@@ -259,7 +259,7 @@ def test_in_flight_ids_through_the_padded_graph_buffers(tiny_model_dir):
     import numpy as np
 
     from inference import EngineConfig
-    from inference.models.loader import load_model
+    from inference.models.loader.load import load_model
     from tests.inference.core.test_cuda_graphs import with_graphs
 
     loaded = load_model(str(tiny_model_dir("qwen2")), dtype="float32", device="cpu")

@@ -17,7 +17,7 @@ import torch
 from inference import EngineConfig, LLMEngine, SamplingParams
 from inference.core.cuda_graphs import CAPTURE_SIZES, DecodeGraphs
 from inference.core.model_runner import ModelRunner
-from inference.models.loader import LoadedModel, load_model
+from inference.models.loader.load import LoadedModel, load_model
 from tests.inference.real_model import make_engine, prompts
 
 

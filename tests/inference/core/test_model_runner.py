@@ -11,8 +11,8 @@ import torch
 from inference.config import EngineConfig
 from inference.core.model_io import ScheduledChunk
 from inference.core.model_runner import ModelRunner
-from inference.models.kv_cache import KVBudget, max_model_len_error
-from inference.models.loader import LoadedModel, load_model
+from inference.models.layers.kv_budget import KVBudget, max_model_len_error
+from inference.models.loader.load import LoadedModel, load_model
 
 # tiny qwen2: 2 layers x 2 KV heads x head_dim 16, fp32 -> 2 * 2 * 16 * 2 * 16 * 4 bytes per 16-token block
 PER_BLOCK = 8192

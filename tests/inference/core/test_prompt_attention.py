@@ -1,4 +1,5 @@
-"""The native attention op (csrc/prompt_attention.cpp): correct against fp32, and each row computed the same
+"""The native attention op (csrc/avx512/prompt_attention.cpp): correct against fp32, and each row computed the
+same
 way however its prompt is cut and whatever else the call holds; in the engine, a prompt's tokens then do not
 depend on its chunking."""
 
@@ -13,10 +14,10 @@ import torch
 
 from inference import LLMEngine, SamplingParams
 from inference.core.model_runner import ModelRunner
-from inference.models import kernel_build
-from inference.models.attention.torch_backend import TorchAttentionBackend
-from inference.models.loader import LoadedModel, load_model
-from inference.models.q4_decode import load_kernel
+from inference.models.kernels import build as kernel_build
+from inference.models.layers.attention.torch_backend import TorchAttentionBackend
+from inference.models.loader.load import LoadedModel, load_model
+from inference.models.quantization.gguf.avx512 import load_kernel
 from tests.inference.real_model import chat_ids, make_engine
 
 pytestmark = pytest.mark.skipif(
@@ -63,10 +64,10 @@ class Cache:
         tables = torch.stack([self.table(s) for s in sequences]).contiguous()
         chunk_tensor = torch.tensor(chunks, dtype=torch.int64)
         if not window and not softcap:  # the op's defaults: the call without them stays valid
-            return torch.ops.mooncake_q4.prompt_attention(
+            return torch.ops.mooncake_avx512.prompt_attention(
                 q.contiguous(), self.k, self.v, tables, chunk_tensor, scale
             )
-        return torch.ops.mooncake_q4.prompt_attention(
+        return torch.ops.mooncake_avx512.prompt_attention(
             q.contiguous(), self.k, self.v, tables, chunk_tensor, scale, window, softcap
         )
 
@@ -179,13 +180,15 @@ def test_bad_inputs_are_refused() -> None:
     chunks = torch.tensor([(0, 4, 20)], dtype=torch.int64)
     tables[0, 1] = 96  # past the cache's 96 blocks
     with pytest.raises(RuntimeError, match="block table entry out of the cache"):
-        torch.ops.mooncake_q4.prompt_attention(q, cache.k, cache.v, tables, chunks, 0.125)
+        torch.ops.mooncake_avx512.prompt_attention(q, cache.k, cache.v, tables, chunks, 0.125)
     with pytest.raises(RuntimeError, match="chunk outside q"):
         cache.attend(q, [(2, 4, 20)], [0])
     with pytest.raises(RuntimeError, match="contiguous bf16"):
-        torch.ops.mooncake_q4.prompt_attention(q.float(), cache.k, cache.v, tables, chunks, 0.125)
+        torch.ops.mooncake_avx512.prompt_attention(q.float(), cache.k, cache.v, tables, chunks, 0.125)
     with pytest.raises(RuntimeError, match="window and softcap must be >= 0"):
-        torch.ops.mooncake_q4.prompt_attention(q, cache.k, cache.v, cache.table(0)[None], chunks, 0.125, -1)
+        torch.ops.mooncake_avx512.prompt_attention(
+            q, cache.k, cache.v, cache.table(0)[None], chunks, 0.125, -1
+        )
 
 
 @pytest.fixture(scope="module")

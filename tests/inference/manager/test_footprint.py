@@ -9,11 +9,14 @@ import psutil
 import pytest
 
 from inference import EngineConfig
+from inference.config_groups import CpuKernelConfig
 from inference.manager.footprint import BLOCK_TYPES, DeviceFacts, estimate, probe_device, read_shape
-from inference.models.gguf_blocks import KQUANT_BYTES
-from inference.models.gguf_file import GGUFFile
-from inference.models.loader import default_gguf_path, load_model
-from inference.models.q4_decode import load_kernel
+from inference.models.gguf.reader import GGUFFile
+from inference.models.loader.load import load_model
+from inference.models.loader.source import default_gguf_path
+from inference.models.quantization.gguf.avx512 import load_kernel
+from inference.models.quantization.gguf.formats import KQUANT_BYTES
+from inference.models.quantization.plan import KQUANT_TYPES
 
 
 def cpu(*, block_kernels: bool = False, amx: bool = False) -> DeviceFacts:
@@ -51,14 +54,15 @@ def test_the_bundled_gguf_is_planned_as_its_blocks_plus_its_bf16_embedding() -> 
 
 def test_an_fp32_cpu_without_avx512_bf16_plans_the_blocks_when_its_dtype_is_auto() -> None:
     """dtype auto is fp32 there, and the projections and the embedding keep only their blocks
-    (avx2_blocks.py, block_embedding.py); float32 by name, or a dense copy asked for, holds four bytes per
-    weight."""
+    (quantization/gguf/avx2.py, quantization/gguf/embedding.py); float32 by name, or a dense copy asked for,
+    holds four bytes per weight."""
     shape = read_shape(default_gguf_path())
     avx2 = DeviceFacts("cpu", 64 << 30, 32 << 30, 4, avx2_blocks=True)
     # The bundled model's Q8_0 embedding is its tied head's: its blocks are looked up, not held again.
     assert shape.lookup_params > 0 and shape.lookup_bytes == 0
     held = shape.block_params + shape.lookup_params
-    assert not shape.kquants  # Q4_1 and Q8_0 only: dense by default, the blocks when asked for
+    # Q4_1 and Q8_0 only: dense by default, the blocks when asked for
+    assert shape.file_types is not None and not shape.file_types & set(KQUANT_TYPES)
     assert (
         weights(avx2, dtype="auto", gguf_dense_copy=False)
         == (shape.num_params - held) * 4 + shape.block_bytes
@@ -66,7 +70,7 @@ def test_an_fp32_cpu_without_avx512_bf16_plans_the_blocks_when_its_dtype_is_auto
     assert weights(avx2, dtype="auto") == shape.num_params * 4
     assert weights(avx2, dtype="float32") == shape.num_params * 4
     assert weights(avx2, dtype="auto", gguf_dense_copy=True) == shape.num_params * 4
-    assert weights(avx2, dtype="auto", q4_decode=False, gguf_dense_copy=False) == shape.num_params * 4
+    assert weights(avx2, dtype="auto", gguf_kernels=False, gguf_dense_copy=False) == shape.num_params * 4
     assert weights(DeviceFacts("cpu", 64 << 30, 32 << 30, 4), dtype="auto") == shape.num_params * 4
 
 
@@ -75,12 +79,12 @@ def test_the_plan_matches_what_the_loaded_model_holds(test_cache_dir: Path) -> N
     """The estimate for this machine against the weights the loader really keeps (within 2%: the Q8_0
     head's fp16 scale pairs and the tile padding are not in the file): bf16 with the AVX512 kernels, or
     fp32 with the AVX2 ones."""
-    device = probe_device("cpu")
+    device = probe_device("cpu", CpuKernelConfig(cache_dir=str(test_cache_dir)))
     settings: dict[str, object] = {}
     if device.avx2_blocks:  # the bundled file has no K-quants: it reads its blocks when asked to
         settings = {"dtype": "auto", "gguf_dense_copy": False}
     elif device.block_kernels and load_kernel(test_cache_dir) is not None:
-        settings = {"dtype": "bfloat16"}
+        settings = {"dtype": "bfloat16", "gguf_dense_copy": False}  # blocks only, with or without AMX
     else:
         pytest.skip("this CPU runs neither block kernel: the plan is the dense model's")
     loaded = load_model("default", device="cpu", cache_dir=test_cache_dir, **settings)  # type: ignore[arg-type]

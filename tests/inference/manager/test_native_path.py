@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from gguf import GGMLQuantizationType
 
-import inference.models
+import inference.models.registry
 from inference import EngineConfig
 from inference.manager.footprint import DeviceFacts
-from inference.manager.native_path import GGUF_BLOCKS, GPU_KERNELS, native_path
+from inference.manager.native_path import native_path
+from inference.models.quantization.plan import GGUF_BLOCKS, GPU_KERNELS
 from tests.inference.arch_files import CPU_BF16, gguf_file, hf_dir
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -43,8 +44,8 @@ def test_an_unsupported_architecture_is_not_native_and_the_registry_decides(
         path.label == "not native: our engine does not run GPTNeoXForCausalLM (engine type transformers does)"
     )
     # The list is the registry's, read at each call: an architecture added there runs natively at once.
-    grown = (*inference.models.SUPPORTED_ARCHITECTURES, "GPTNeoXForCausalLM")
-    monkeypatch.setattr(inference.models, "SUPPORTED_ARCHITECTURES", grown)
+    grown = (*inference.models.registry.SUPPORTED_ARCHITECTURES, "GPTNeoXForCausalLM")
+    monkeypatch.setattr(inference.models.registry, "SUPPORTED_ARCHITECTURES", grown)
     assert native_path(folder, EngineConfig(), CPU_BF16).native is True
 
 
@@ -53,7 +54,7 @@ def test_an_unsupported_architecture_is_not_native_and_the_registry_decides(
     [
         (GGMLQuantizationType.Q4_0, EngineConfig(), CPU_BF16, GGUF_BLOCKS),
         (GGMLQuantizationType.Q8_0, EngineConfig(), CPU_BF16, GGUF_BLOCKS),
-        (GGMLQuantizationType.Q4_0, EngineConfig(q4_decode=False), CPU_BF16, "bf16 dense"),
+        (GGMLQuantizationType.Q4_0, EngineConfig(gguf_kernels=False), CPU_BF16, "bf16 dense"),
         (GGMLQuantizationType.Q4_0, EngineConfig(dtype="float32"), CPU_BF16, "fp32 dense"),
         (GGMLQuantizationType.Q4_0, EngineConfig(), CPU_PLAIN, "fp32 dense"),  # no block kernels here
         (GGMLQuantizationType.Q4_0, EngineConfig(gguf_dense_copy=False), CPU_AVX2, GGUF_BLOCKS),
@@ -66,7 +67,7 @@ def test_an_unsupported_architecture_is_not_native_and_the_registry_decides(
         (GGMLQuantizationType.Q8_0, EngineConfig(dtype="float32"), CPU_AVX2, "fp32 dense"),  # exact, by name
         (
             GGMLQuantizationType.Q4_0,
-            EngineConfig(q4_decode=False, gguf_dense_copy=False),
+            EngineConfig(gguf_kernels=False, gguf_dense_copy=False),
             CPU_AVX2,
             "fp32 dense",
         ),

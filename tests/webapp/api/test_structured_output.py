@@ -19,8 +19,9 @@ import torch
 from django.test import AsyncClient
 
 from inference import AsyncEngine
-from inference.models.gguf_convert import ensure_converted
-from inference.models.loader import default_gguf_path, load_model
+from inference.models.gguf.convert import ensure_converted
+from inference.models.loader.load import load_model
+from inference.models.loader.source import default_gguf_path
 from tests.inference.real_model import make_engine
 from tests.live_server import shared_cache_dir
 from tests.webapp.api.conftest import post_json

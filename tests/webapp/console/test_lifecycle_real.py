@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from inference import ModelManager, SamplingParams
-from inference.models.loader import default_gguf_path
+from inference.models.loader.source import default_gguf_path
 from webapp.console.models import AuditLog
 from webapp.console.registry import sync_manager
 from webapp.core.models import EngineSettings

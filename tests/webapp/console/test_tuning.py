@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from inference import EngineConfig, ModelManager
 from inference.api import ATTENTION_BACKENDS
-from inference.models.attention import BACKEND_NAMES
+from inference.models.layers.attention import BACKEND_NAMES
 from tests.webapp.console.conftest import SizedFakeEngine
 from webapp.console.forms import TUNING_HELP
 from webapp.console.models import AuditLog

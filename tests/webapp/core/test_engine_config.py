@@ -58,7 +58,9 @@ def test_builtin_model_from_settings(settings: Any, tmp_path: Any) -> None:
         "engine": {"type": "native"},
     }
     resolved = resolve_builtin_engine(settings.MOONCAKE)
-    assert resolved.config.q4_amx is True and resolved.sources["q4_amx"].origin == "MOONCAKE_Q4_AMX"
+    # The variable's old name, still read.
+    assert resolved.config.gguf_amx_decode is True
+    assert resolved.sources["gguf_amx_decode"].origin == "MOONCAKE_Q4_AMX"
     # Keys settings.MOONCAKE fills from the yaml defaults are defaults; the rest come from the file.
     assert resolved.sources["dtype"].source == "default"
     assert resolved.sources["max_model_len"].describe() == "yaml (model.max_model_len)"

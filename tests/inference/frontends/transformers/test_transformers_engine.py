@@ -17,7 +17,8 @@ import torch
 from inference.config import EngineConfig
 from inference.errors import EngineDeadError, PromptTooLongError, RequestFailedError
 from inference.frontends.transformers.engine import TransformersEngine
-from inference.models.loader import ModelSourceError, load_model
+from inference.models.loader.load import load_model
+from inference.models.loader.source import ModelSourceError
 from inference.outputs import RequestOutput
 from inference.sampling_params import SamplingParams
 
