@@ -16,6 +16,7 @@ from typing import Any
 
 from inference.config_groups import (
     DEFAULT_MAX_QUEUE_LEN,
+    QUANTIZATION_ALIASES,
     REMOTE_SETTINGS,
     SERVER_SETTINGS,
     CacheConfig,
@@ -51,8 +52,6 @@ _ALIASES = {
     "q4_decode": "gguf_kernels",
     "q4_amx": "gguf_amx_decode",
 }
-# Values renamed: quantization "gguf" kept only Q4_0/Q4_1 4-bit, which "int4" now says.
-_VALUE_ALIASES = {"quantization": {"gguf": "int4"}}
 # EngineConfig fields that only a remote engine (`openai` or a supervised type) reads.
 REMOTE_FIELDS = (*REMOTE_SETTINGS, *SERVER_SETTINGS)
 
@@ -164,7 +163,8 @@ class EngineConfig:
         # Build the groups once so a bad value fails at construction, not at load time.
         self._check_engine_type()
         check_task(self.task, self.engine_type)
-        self.quantization = _VALUE_ALIASES["quantization"].get(self.quantization, self.quantization)
+        # quantization "gguf" kept only Q4_0/Q4_1 4-bit, which "int4" now says.
+        self.quantization = QUANTIZATION_ALIASES.get(self.quantization, self.quantization)
         self.speculative = SpeculativeConfig.from_value(self.speculative)  # a mapping when built from yaml
         if self.speculative is not None and self.engine_type != "native":
             raise ValueError(

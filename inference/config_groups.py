@@ -17,6 +17,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 # "int4": a GGUF's Q4_0/Q4_1 projections kept 4-bit in torch's int4 layout (CPU, bf16). Its old name
 # "gguf" is still read (inference.config's alias table).
 QUANTIZATIONS = ("none", "int4")
+QUANTIZATION_ALIASES = {"gguf": "int4"}  # old value -> its name now
 # How K-quant decoding rows meet a GGUF's blocks: activations to 14 or 8 bits per 256 values (integer dot
 # products; int8 is llama.cpp's numerics), or bf16 (the exact product of the dequantized weights).
 KQUANT_ACTIVATIONS = ("int16", "int8", "bf16")

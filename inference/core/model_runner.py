@@ -25,7 +25,7 @@ from inference.models.layers.attention.kv_cache import allocate_kv_cache
 from inference.models.layers.kv_budget import KVBudget, cpu_kv_budget, max_model_len_error, mib
 from inference.models.loader.load import LoadedModel
 from inference.models.quantization.gguf.fused_layers import FusedDecode
-from inference.models.quantization.gguf.method import blocks_for_small_batches
+from inference.models.quantization.rows import decoding_rows_fused, fused_decode, module_rows
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class ModelRunner:
             block_size=block_size,
             num_kv_heads=self.model.args.num_kv_heads,
             head_dim=self.model.args.head_dim,
-            native_kernels=loaded.native_kernels,
+            avx512_kernels=loaded.avx512_kernels,
             sliding_window=self.model.has_sliding_window,
             softcap=self.model.has_softcap,
         )
@@ -127,8 +127,7 @@ class ModelRunner:
                 self.decode_graphs = self._capture_decode_graphs(max_num_seqs)
             else:
                 logger.info("Decoding eagerly: the model's experts do not take the fused kernel here")
-        if self.device.type == "cpu":
-            self.fused_decode = FusedDecode.build(self.model)
+        self.fused_decode = fused_decode(self.model, self.device)
         logger.info(
             "KV cache size: %d tokens (%d blocks x %d, %s, from %s); attention backend: %s",
             self.kv_capacity_tokens,
@@ -268,7 +267,7 @@ class ModelRunner:
             )
             return StepLogits(last=self.model.compute_logits(hidden).float(), all_positions={})
         fused = self.fused_decode
-        if fused is not None and any(c.decoding for c in chunks):
+        if fused is not None and decoding_rows_fused(fused, [c.decoding for c in chunks]):
             if in_flight is not None:
                 in_flight.patch_host(batch.input_ids)
             return self._logits(chunks, batch.query_lens, self._split_forward(fused, chunks, batch))
@@ -311,7 +310,7 @@ class ModelRunner:
             in_flight.patch(input_ids)
         positions = _to_device(batch.positions, dev)
         self.inputs_ready_at = time.perf_counter()
-        with blocks_for_small_batches(all(c.decoding for c in chunks)):
+        with module_rows([c.decoding for c in chunks]):
             return self.model(input_ids, positions, meta)
 
     def _logits(

@@ -111,7 +111,7 @@ def _read(target: str, mtime_ns: int, size: int) -> ModelFile:
 
 
 def _read_gguf(path: Path) -> ModelFile:
-    from inference.models.gguf.convert import GGUF_ARCHITECTURES
+    from inference.models.gguf.architectures import GGUF_ARCHITECTURES
     from inference.models.gguf.reader import GGUFFile
 
     try:

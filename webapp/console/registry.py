@@ -8,7 +8,14 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from inference.api import DTYPES, QUANTIZATIONS, EngineConfig, ModelInfo, ModelManagerClient
+from inference.api import (
+    DTYPES,
+    QUANTIZATION_ALIASES,
+    QUANTIZATIONS,
+    EngineConfig,
+    ModelInfo,
+    ModelManagerClient,
+)
 from webapp.core.engine_settings import engine_settings_get, memory_budget, resolve_registered_engine
 from webapp.core.errors import Conflict
 from webapp.core.model_list import find_listed
@@ -119,8 +126,9 @@ def builtin_engine_fields(name: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if yaml.get("dtype") in DTYPES:
         fields["dtype"] = yaml["dtype"]
-    if yaml.get("quantization") in QUANTIZATIONS:
-        fields["quantization"] = yaml["quantization"]
+    quantization = QUANTIZATION_ALIASES.get(yaml.get("quantization"), yaml.get("quantization"))
+    if quantization in QUANTIZATIONS:
+        fields["quantization"] = quantization
     return fields
 
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inference.cache_dir import ensure_private_dir, private_temp_file
-from inference.models.gguf.architectures import dense_config
-from inference.models.gguf.moe_architectures import OWN_CONFIGS, moe_config
+from inference.models.gguf.architectures import ARCHITECTURES, GGUF_ARCHITECTURES
 from inference.models.gguf.names import checkpoint_rows, checkpoint_tensors
 from inference.models.gguf.reader import GGUFFile
 
@@ -27,20 +26,6 @@ if TYPE_CHECKING:
     pass
 
 logger = logging.getLogger(__name__)
-
-# GGUF `general.architecture` -> HF `architectures` entry of the converted config (a "llama" file with
-# experts is Mixtral: llama.cpp writes Mixtral under the llama architecture).
-GGUF_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "qwen2moe": "Qwen2MoeForCausalLM",
-    "qwen3moe": "Qwen3MoeForCausalLM",
-    "olmoe": "OlmoeForCausalLM",
-    "gemma2": "Gemma2ForCausalLM",
-    "gemma3": "Gemma3ForCausalLM",
-    "phi3": "Phi3ForCausalLM",
-}
 
 _HASH_MEMO = "hash-memo.json"
 WEIGHTS = "model.safetensors"
@@ -153,14 +138,15 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
         )
     # transformers' config and tokenizer loaders each parse the file with gguf-py's reader (seconds for a
     # large vocabulary), which is why this runs once per file content.
-    if arch in OWN_CONFIGS:  # architectures transformers' GGUF config reader does not know
-        config = OWN_CONFIGS[arch](gguf)
+    record = ARCHITECTURES[arch]
+    if record.own_config is not None:  # architectures transformers' GGUF config reader does not know
+        config = record.own_config(gguf)
     else:
         config = AutoConfig.from_pretrained(
             gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False
         )
-        config.architectures = [GGUF_ARCHITECTURES[arch]]
-        config = dense_config(gguf, moe_config(gguf, config))
+        config.architectures = [record.hf_name]
+        config = record.config(gguf, config)
     rows = checkpoint_rows(gguf, config.num_attention_heads, config.num_key_value_heads)
     # transformers' GGUF config mapping misses some keys (qwen3 attention.key_length, sometimes vocab_size);
     # the tensor shapes are the ground truth.
@@ -175,7 +161,7 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
         )
     config.save_pretrained(out_dir)
     # The generic fast tokenizer reads any GGUF vocabulary; AutoTokenizer first asks for the config above.
-    tokenizer_class = PreTrainedTokenizerFast if arch in OWN_CONFIGS else AutoTokenizer
+    tokenizer_class = PreTrainedTokenizerFast if record.own_config is not None else AutoTokenizer
     tokenizer = tokenizer_class.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, trust_remote_code=False
     )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
-from inference.models.gguf.architectures import ARCH_LAYER_NAMES, OFFSET_NORM_ARCHS, fused_shards, split_rows
+from inference.models.gguf.architectures import architecture
 from inference.models.gguf.reader import GGUFFile
 
 if TYPE_CHECKING:
@@ -45,22 +45,20 @@ _LAYER_NAMES = {
 }
 # Every expert's projection in one 3-D tensor [experts, rows, columns]; split into one tensor per expert.
 _EXPERT_NAMES = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
-# Only llama.cpp's llama converter permutes Q/K rows (into its interleaved rotary layout); qwen2/3 are as is.
-PERMUTED_ARCHS = frozenset({"llama"})
 _KEPT_TYPES = {GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32}
 
 
 def hf_names(gguf_name: str, shape: tuple[int, ...], arch: str = "") -> list[str] | None:
     """The Hugging Face names a GGUF tensor of `shape` in an `arch` file becomes: one, or one per expert of
     a 3-D expert tensor (in expert order); None for tensors with no counterpart. A fused projection keeps
-    its fused name here (gguf_dense_config.split_rows cuts it)."""
+    its fused name here (split_rows cuts it)."""
     parts = gguf_name.split(".")
     if len(parts) == 4 and parts[0] == "blk" and parts[2] in _EXPERT_NAMES:
         projection = _EXPERT_NAMES[parts[2]]
         return [f"model.layers.{parts[1]}.mlp.experts.{e}.{projection}.{parts[3]}" for e in range(shape[0])]
     if gguf_name in _GLOBAL_NAMES:
         return [_GLOBAL_NAMES[gguf_name]]
-    layer_names = {**_LAYER_NAMES, **ARCH_LAYER_NAMES.get(arch, {})}
+    layer_names = {**_LAYER_NAMES, **architecture(arch).layer_names}
     if len(parts) == 4 and parts[0] == "blk" and parts[2] in layer_names:
         return [f"model.layers.{parts[1]}.{layer_names[parts[2]]}.{parts[3]}"]
     return None
@@ -123,9 +121,9 @@ def checkpoint_tensors(
             for name, part in split_rows(whole_name, whole_part, n_heads, n_kv_heads):
                 if skip(name):
                     continue
-                if arch in OFFSET_NORM_ARCHS and name.endswith("norm.weight"):
+                if architecture(arch).offset_norms and name.endswith("norm.weight"):
                     part = part - np.float32(1.0)  # stored as 1 + w
-                if arch in PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
+                if architecture(arch).permuted_qk and name.endswith(("q_proj.weight", "k_proj.weight")):
                     part = unpermute(part, n_heads if "q_proj" in name else n_kv_heads)
                 if name.endswith("shared_expert_gate.weight"):
                     part = part.reshape(1, -1)  # llama.cpp keeps the one-row gate as a vector
@@ -138,3 +136,32 @@ def checkpoint_tensors(
                     value = value.to(torch.bfloat16 if bf16 else narrow)
                 yield name, value
         gguf.release(tensor.data)  # every part above is a copy: the file's pages need not stay counted
+
+
+def fused_shards(name: str, rows: int, num_heads: int, num_kv_heads: int) -> list[tuple[str, int]] | None:
+    """A fused projection's shards as (Hugging Face name, row count) in row order, so each loads (and each
+    block matrix stacks) like a Llama checkpoint's separate q/k/v and gate/up tensors; None if not fused."""
+    module, _, kind = name.rpartition(".")
+    if module.endswith("self_attn.qkv_proj"):
+        head_dim = rows // (num_heads + 2 * num_kv_heads)
+        sizes = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
+        prefix = module.removesuffix("qkv_proj")
+        return [(f"{prefix}{p}_proj.{kind}", size) for p, size in zip("qkv", sizes, strict=True)]
+    if module.endswith("mlp.gate_up_proj"):
+        prefix = module.removesuffix("gate_up_proj")
+        return [(f"{prefix}gate_proj.{kind}", rows // 2), (f"{prefix}up_proj.{kind}", rows // 2)]
+    return None
+
+
+def split_rows(
+    name: str, data: np.ndarray, num_heads: int, num_kv_heads: int
+) -> list[tuple[str, np.ndarray]]:
+    """`data` under `name`, or a fused projection's rows cut into its shards."""
+    shards = fused_shards(name, data.shape[0], num_heads, num_kv_heads)
+    if shards is None:
+        return [(name, data)]
+    out, start = [], 0
+    for shard, size in shards:
+        out.append((shard, data[start : start + size]))
+        start += size
+    return out

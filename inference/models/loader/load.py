@@ -53,7 +53,7 @@ class LoadedModel(LoadedWeights):
     model_dir: Path
     source: str
     # The native CPU kernels (csrc/) are loaded for this model: prompt attention may use them too.
-    native_kernels: bool = False
+    avx512_kernels: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +166,7 @@ def load(cfg: LoadConfig) -> LoadedModel:
         size_on_disk=_size_on_disk(path),
         context_length=model_cls.context_length(hf_config),
         eos_token_ids=_eos_token_ids(hf_config, tokenizer, model_dir),
-        native_kernels=isinstance(kernel, Avx512Kernel),
+        avx512_kernels=isinstance(kernel, Avx512Kernel),
     )
     logger.info(
         "Loaded %s (%s, %.1fM params, %s on %s) in %.1fs",

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from inference.config_groups import CpuKernelConfig
+from inference.models.architectures.decoder import DecoderForCausalLM
 from inference.models.gguf.reader import GGUFFile
 from inference.models.layers.linear import Linear
 from inference.models.quantization.amx_tiles import TileMethod, pack_tiles
@@ -103,7 +103,7 @@ def plan_linears(
     return LinearSetup(weights, plan, blocks)
 
 
-def use_linear_methods(model: nn.Module, setup: LinearSetup, path: Path) -> None:
+def use_linear_methods(model: DecoderForCausalLM, setup: LinearSetup, path: Path) -> None:
     """One LinearMethod per layer, from the plan and the file's blocks."""
     plan = setup.plan
     counts = give_methods(model, plan, setup.blocks)
@@ -115,7 +115,9 @@ def use_linear_methods(model: nn.Module, setup: LinearSetup, path: Path) -> None
     logger.info("Linear methods: %s%s", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())), rows)
 
 
-def give_methods(model: nn.Module, plan: LinearPlan, blocks: GGUFBlocks | None = None) -> Counter[str]:
+def give_methods(
+    model: DecoderForCausalLM, plan: LinearPlan, blocks: GGUFBlocks | None = None
+) -> Counter[str]:
     """Give every projection and a tied head its LinearMethod, and the embedding its lookup where the plan
     has one (call once, after the weights are loaded); returns how many took each method, by name."""
     counts: Counter[str] = Counter()
@@ -125,7 +127,7 @@ def give_methods(model: nn.Module, plan: LinearPlan, blocks: GGUFBlocks | None =
         counts[module.method.name] += 1
     embedding = blocks.embedding if blocks is not None else None
     embed_tokens = model.model.embed_tokens
-    tied = getattr(model, "lm_head", None) is None
+    tied = model.lm_head is None
     if tied:
         shards = [embedding] if embedding is not None else None
         model.tied_head = choose_method(embed_tokens.weight.detach(), shards, plan)
@@ -143,7 +145,7 @@ def give_methods(model: nn.Module, plan: LinearPlan, blocks: GGUFBlocks | None =
 
 
 def projection_blocks(
-    model: nn.Module, blocks: dict[str, BlockMatrix]
+    model: DecoderForCausalLM, blocks: dict[str, BlockMatrix]
 ) -> Iterator[tuple[Linear, list[BlockMatrix] | None]]:
     """Each projection, with its checkpoint weights' blocks (all shards of a fused one, stacked in the
     fused order) where `blocks` has every one of them."""

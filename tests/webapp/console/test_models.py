@@ -222,10 +222,11 @@ def test_quantization_is_per_model_and_restarts_it(
 ) -> None:
     """A 4-bit setting in mooncake.yaml belongs to the model it serves: the builtin row takes it, and a
     Hugging Face folder registered in the console does not inherit it (it could not load)."""
+    # The value's old name ("gguf"), read as the new one.
     settings.MOONCAKE = {**settings.MOONCAKE, "model": {"model_id": "default", "quantization": "gguf"}}
     sync_manager()
     base = ModelRegistration.objects.get(name="base")
-    assert base.builtin and base.quantization == "gguf"
+    assert base.builtin and base.quantization == "int4"
     register(staff_client, model_root, "tiny")
     tiny = ModelRegistration.objects.get(name="tiny")
     assert tiny.quantization == "none"

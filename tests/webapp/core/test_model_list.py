@@ -21,7 +21,14 @@ TWO = {
         "dtype": "float32",
         "models": [
             {"id": "smol-fp32", "model_id": "default"},
-            {"id": "smol-bf16", "model_path": "default", "dtype": "bfloat16", "default": True},
+            # Blocks only: the same weights on every CPU kind (or dense bf16 where the kernels cannot run).
+            {
+                "id": "smol-bf16",
+                "model_path": "default",
+                "dtype": "bfloat16",
+                "gguf_dense_copy": False,
+                "default": True,
+            },
         ],
     }
 }

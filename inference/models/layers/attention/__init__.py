@@ -26,7 +26,7 @@ def select_backend(
     block_size: int,
     num_kv_heads: int,
     head_dim: int,
-    native_kernels: bool = False,
+    avx512_kernels: bool = False,
     sliding_window: bool = False,
     softcap: bool = False,
 ) -> AttentionBackend:
@@ -36,8 +36,8 @@ def select_backend(
     default) our flash backend gathers every context each step, so "auto" takes Triton's paged decode and
     its CUDA graphs instead (fp16/bf16 only for flash). On CPU "auto" is torch. Explicit choices fail
     loud; "triton" off CUDA needs TRITON_INTERPRET=1 (Triton's CPU interpreter, which the tests use).
-    native_kernels: the caller loaded csrc/'s library; the torch backend then attends in bf16 through its
-    prompt_attention op.
+    avx512_kernels: the caller loaded kernels/csrc/avx512's library; the torch backend then attends in bf16
+    through its prompt_attention op.
     sliding_window / softcap: some layer of the model needs that; every backend has both except a
     flash-attn too old for them, which "auto" then passes over and an explicit "flash_attn" refuses.
     """
@@ -45,7 +45,7 @@ def select_backend(
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
     cuda = device.type == "cuda"
     if name == "torch" or (name == "auto" and not cuda):
-        native = native_kernels and not cuda and dtype == torch.bfloat16 and head_dim in (32, 64, 128)
+        native = avx512_kernels and not cuda and dtype == torch.bfloat16 and head_dim in (32, 64, 128)
         return TorchAttentionBackend(native=native)
     if name == "flash_attn" or (name == "auto" and block_size % PAGED_BLOCK_MULTIPLE == 0):
         flash = _flash_backend(name, cuda=cuda, dtype=dtype, block_size=block_size)

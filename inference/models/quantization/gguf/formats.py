@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
-from inference.models.gguf.architectures import fused_shards
-from inference.models.gguf.names import PERMUTED_ARCHS, hf_names, unpermute
+from inference.models.gguf.architectures import architecture
+from inference.models.gguf.names import fused_shards, hf_names, unpermute
 from inference.models.gguf.reader import GGUFFile
 
 GROUP = 32  # Q4_0, Q4_1 and Q8_0 quantize blocks of 32 weights along the input dimension
@@ -183,7 +183,7 @@ def read_blocks(gguf_path: Path, *, num_heads: int, num_kv_heads: int) -> GGUFBl
             if tensor.name == "token_embd.weight" and not isinstance(blocks, Q4Blocks):
                 embedding = blocks
                 continue
-            if arch in PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")):
+            if architecture(arch).permuted_qk and name.endswith(("q_proj.weight", "k_proj.weight")):
                 blocks = _permuted(blocks, num_heads if "q_proj" in name else num_kv_heads)
             # A fused projection (Phi-3's qkv and gate-up) as its shards: the fused module stacks them back.
             shards = fused_shards(name, blocks.shape[0], num_heads, num_kv_heads) or [(name, blocks.shape[0])]

@@ -76,7 +76,7 @@ def test_a_gguf_keeps_only_its_blocks_and_answers_like_its_fp32_reference(
     # A file without K-quants reads its blocks when asked to (gguf_dense_copy false): see the test below.
     copy = False if which == "Q4_1" else None
     loaded = load_model(str(path), dtype="auto", device="cpu", cache_dir=test_cache_dir, gguf_dense_copy=copy)
-    assert loaded.dtype == torch.float32 and not loaded.native_kernels
+    assert loaded.dtype == torch.float32 and not loaded.avx512_kernels
     linears = [m for m in loaded.model.modules() if isinstance(m, Linear)]
     projections = [m for m in linears if isinstance(m.method, GGUFBlocksMethod)]
     assert len(projections) == 30 * 4

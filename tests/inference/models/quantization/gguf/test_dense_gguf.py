@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from inference.models.architectures.decoder import DecoderForCausalLM
-from inference.models.gguf.architectures import dense_config
+from inference.models.gguf.architectures import architecture
 from inference.models.gguf.reader import GGUFFile
 from inference.models.kernels import build as kernel_build
 from inference.models.layers.linear import Linear
@@ -131,7 +131,7 @@ def test_gemma_27b_scale_and_layer_patterns_follow_llama_cpp() -> None:
     # Gemma 3 27B (62 layers): the scale from hidden / heads (168), not head_dim; 5 local layers per global.
     big = Gemma3TextConfig(num_hidden_layers=62, hidden_size=5376, num_attention_heads=32, head_dim=128)
     meta = _Metadata("gemma3", {"gemma3.attention.key_length": 128, "gemma3.attention.sliding_window": 1024})
-    config = dense_config(cast(GGUFFile, meta), big)
+    config = architecture(meta.architecture).config(cast(GGUFFile, meta), big)
     assert config.query_pre_attn_scalar == 168
     assert [kind == "full_attention" for kind in config.layer_types[:12]] == [False] * 5 + [True] + [
         False
@@ -150,6 +150,6 @@ def test_gemma_27b_scale_and_layer_patterns_follow_llama_cpp() -> None:
             "gemma2.attention.sliding_window_pattern": pattern,
         },
     )
-    config = dense_config(cast(GGUFFile, meta), small)
+    config = architecture(meta.architecture).config(cast(GGUFFile, meta), small)
     assert config.query_pre_attn_scalar == 256
     assert config.layer_types == ["sliding_attention"] * 2 + ["full_attention", "sliding_attention"]
