@@ -126,7 +126,8 @@ def builtin_engine_fields(name: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if yaml.get("dtype") in DTYPES:
         fields["dtype"] = yaml["dtype"]
-    quantization = QUANTIZATION_ALIASES.get(yaml.get("quantization"), yaml.get("quantization"))
+    quantization = str(yaml.get("quantization"))
+    quantization = QUANTIZATION_ALIASES.get(quantization, quantization)
     if quantization in QUANTIZATIONS:
         fields["quantization"] = quantization
     return fields

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inference import device
 from inference.cache_dir import DEFAULT_CACHE_DIR
 from inference.config_groups import CpuKernelConfig
-from inference.device import fast_bf16_cpu
-from inference.models.kernels.build import avx2_supported, cpu_supported
+from inference.models.kernels import build
 from inference.models.quantization.amx_tiles import load_tiles
 from inference.models.quantization.gguf.avx2 import load_avx2_kernel
 from inference.models.quantization.gguf.avx512 import load_kernel
@@ -26,11 +26,12 @@ def probe_cpu(kernels: CpuKernelConfig) -> CpuFacts:
     its check here (each is done once per process; a kernel switched off by the settings is never built)."""
     import torch
 
-    bf16 = fast_bf16_cpu()
+    # Looked up on their modules at each call: a test may stand in for another CPU kind.
+    bf16 = device.fast_bf16_cpu()
     cache, compiler = kernel_cache(kernels), kernels.kernel_compiler
     packing = packing_supported(torch.bfloat16)
     avx512 = avx2 = False
-    if kernels.gguf_kernels and bf16 and cpu_supported():
+    if kernels.gguf_kernels and bf16 and build.cpu_supported():
         avx512 = (
             load_kernel(
                 cache,
@@ -40,7 +41,7 @@ def probe_cpu(kernels: CpuKernelConfig) -> CpuFacts:
             )
             is not None
         )
-    elif kernels.gguf_kernels and not bf16 and avx2_supported():
+    elif kernels.gguf_kernels and not bf16 and build.avx2_supported():
         avx2 = load_avx2_kernel(cache, activations=kernels.kquant_activations, compiler=compiler) is not None
     return CpuFacts(
         kind="cpu",

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from inference.models.kernels.build import AVX2_LIBRARY, avx2_supported
+from inference.models.kernels import build
 from inference.models.kernels.library import checked_kernel
 from inference.models.quantization.gguf.formats import SUPER_BLOCK, BlockMatrix, KQuantBlocks, check_blocks
 from inference.models.quantization.gguf.layout import BlockWeight, KQuantWeight, decode_weight
@@ -64,7 +64,7 @@ def load_avx2_kernel(
     """The kernel, built into `cache_dir` if needed and checked once per process; None (and a log line)
     wherever it cannot or must not run here. `activations` is the kquant_activations setting: "int8" is
     llama.cpp's int8; "int16" and "bf16" (which these CPUs do not multiply natively) take 14 bits."""
-    if not avx2_supported():
+    if not build.avx2_supported():
         logger.info("GGUF block kernels off: this CPU lacks AVX2")
         return None
     wide = activations != "int8"
@@ -74,7 +74,7 @@ def load_avx2_kernel(
         lambda kernel: all(agrees(kernel, blocks) for blocks in check_blocks()),
         what="AVX2 GGUF block kernels",
         fallback="GGUFs load dequantized to fp32",
-        library=AVX2_LIBRARY,
+        library=build.AVX2_LIBRARY,
         cache_dir=cache_dir,
         compiler=compiler,
     )

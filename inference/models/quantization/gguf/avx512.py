@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from inference.models.kernels.build import AVX512_LIBRARY, cpu_supported
+from inference.models.kernels import build
 from inference.models.kernels.library import checked_kernel
 from inference.models.quantization.gguf.formats import BlockMatrix, check_blocks
 from inference.models.quantization.gguf.layout import BlockWeight, KQuantWeight, decode_weight
@@ -91,7 +91,7 @@ def load_kernel(
 ) -> Avx512Kernel | None:
     """The kernel, built into `cache_dir` if needed, loaded and checked once per process and setting;
     None (and a log line) wherever it cannot or must not run here."""
-    if not cpu_supported():
+    if not build.cpu_supported():
         logger.info("AVX512 GGUF block kernels off: this CPU lacks AVX512-BF16 or AVX512-VNNI")
         return None
     return checked_kernel(
@@ -100,7 +100,7 @@ def load_kernel(
         _agrees_with_dense,
         what="AVX512 GGUF block kernels",
         fallback="small batches use the dense bf16 weights",
-        library=AVX512_LIBRARY,
+        library=build.AVX512_LIBRARY,
         cache_dir=cache_dir,
         compiler=compiler,
     )

@@ -19,6 +19,7 @@ from inference.models.loader.load import LoadedModel, load_model
 from inference.models.loader.source import default_gguf_path
 from inference.models.quantization.base import DenseMethod
 from inference.models.quantization.gguf.avx2 import Avx2Kernel
+from inference.models.quantization.gguf.embedding import BlockEmbedding
 from inference.models.quantization.gguf.layout import KQuantWeight
 from inference.models.quantization.gguf.method import GGUFBlocksMethod
 from tests.inference.kquant_files import requantize_q4_k_m
@@ -84,7 +85,8 @@ def test_a_gguf_keeps_only_its_blocks_and_answers_like_its_fp32_reference(
     embedding = loaded.model.model.embed_tokens  # type: ignore[union-attr]
     head = loaded.model.tied_head
     assert isinstance(head, GGUFBlocksMethod) and isinstance(head.kernel, Avx2Kernel)
-    assert embedding.weight.numel() == 0 and embedding.blocks is head.parts[0]
+    assert embedding.weight.numel() == 0 and isinstance(embedding.lookup, BlockEmbedding)
+    assert embedding.lookup.weight is head.parts[0]  # the tied head's blocks, shared
     kinds = {part.type_id for m in projections for part in m.method.parts if isinstance(part, KQuantWeight)}
     assert kinds == (set() if which == "Q4_1" else {12, 14})  # Q4_K and Q6_K down projections
     reference = transformers_fp32(ensure_converted(path, test_cache_dir), prompts(loaded.tokenizer))
