@@ -16,21 +16,24 @@ django_asgi_app = get_asgi_application()
 # Imported after Django is set up: consumers import models.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
 from webapp.core.api_asgi import ApiASGIHandler, ApiOrSite  # noqa: E402
+from webapp.core.body_limits import BodyLimit  # noqa: E402
+from webapp.core.origins import SameOriginValidator  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 from webapp.serving.runtime import get_runtime  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # API paths take Django with the lean API middleware; of the rest, only /static/ requests take the
-        # static handler and everything else goes straight to Django.
-        "http": ApiOrSite(api=ApiASGIHandler(), site=ASGIStaticFilesHandler(django_asgi_app)),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Bodies over the limit are refused before they are read (webapp.core.body_limits). API paths take
+        # Django with the lean API middleware; of the rest, only /static/ requests take the static handler
+        # and everything else goes straight to Django.
+        "http": BodyLimit(ApiOrSite(api=ApiASGIHandler(), site=ASGIStaticFilesHandler(django_asgi_app))),
+        # The Origin's scheme, host and port must be the server's own (or CSRF_TRUSTED_ORIGINS).
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

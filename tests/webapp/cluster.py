@@ -165,6 +165,9 @@ def start_cluster(work: Path, *, extra_env: dict[str, str] | None = None) -> Clu
     models = work / "models"
     models.mkdir(parents=True, exist_ok=True)
     inherited = {k: v for k, v in os.environ.items() if k not in ("MOONCAKE_TEST_OWNS_DATA", "MOONCAKE_DATA")}
+    # nginx passes Host without its port ($host), so a page on the proxy's port is a trusted origin, as a
+    # deployment on a port other than 80/443 declares it (webapp.core.origins, Django's CSRF check).
+    proxy_port = free_port()
     env = (
         inherited
         | {
@@ -178,6 +181,7 @@ def start_cluster(work: Path, *, extra_env: dict[str, str] | None = None) -> Clu
             "MOONCAKE_API_AUTH": "required",
             "MOONCAKE_MODEL_ROOTS": str(models),
             "MOONCAKE_CHAT_REPLY_LEASE_SECONDS": "6",
+            "CSRF_TRUSTED_ORIGINS": f"http://127.0.0.1:{proxy_port}",
             "MOONCAKE_CPU_THREADS": "1",  # two replicas share this machine's cores
             "PYTHONUNBUFFERED": "1",
         }
@@ -206,7 +210,9 @@ def start_cluster(work: Path, *, extra_env: dict[str, str] | None = None) -> Clu
         for server in cluster.replicas.values():
             wait_ready(server, "/health")
         (work / "nginx").mkdir()
-        cluster.proxy = start_nginx([f"127.0.0.1:{p}" for p in ports.values()], work / "nginx")
+        cluster.proxy = start_nginx(
+            [f"127.0.0.1:{p}" for p in ports.values()], work / "nginx", port=proxy_port
+        )
     except BaseException:
         cluster.stop()
         raise

@@ -52,11 +52,11 @@ def site_config(upstreams: list[str], static_dir: Path, port: int) -> str:
     )
 
 
-def start_nginx(upstreams: list[str], work: Path, timeout: float = 10.0) -> Proxy:
+def start_nginx(upstreams: list[str], work: Path, timeout: float = 10.0, port: int | None = None) -> Proxy:
     work.chmod(0o755)  # nginx's workers run as an unprivileged user
     static = work / "static"
     static.mkdir(exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     (work / "site.conf").write_text(site_config(upstreams, static, port), encoding="utf-8")
     (work / "nginx.conf").write_text(
         f"daemon off;\npid {work}/nginx.pid;\nerror_log {work}/error.log;\nevents {{}}\n"

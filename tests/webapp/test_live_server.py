@@ -58,11 +58,12 @@ def test_first_run_setup_then_login(tmp_path: Path) -> None:
         stop_live_daphne(server)
 
 
-def _handshake(server: LiveDaphne, origin: str) -> str:
+def _handshake(server: LiveDaphne, origin: str, cookie: str = "") -> str:
+    cookie_line = f"Cookie: {cookie}\r\n" if cookie else ""
     request = (
         f"GET /ws/ping/ HTTP/1.1\r\nHost: {server.host}:{server.port}\r\nUpgrade: websocket\r\n"
         f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-        f"Origin: {origin}\r\n\r\n"
+        f"Origin: {origin}\r\n{cookie_line}\r\n"
     )
     with socket.create_connection((server.host, server.port), timeout=10) as sock:
         sock.sendall(request.encode())
@@ -72,3 +73,14 @@ def _handshake(server: LiveDaphne, origin: str) -> str:
 def test_websocket_handshakes_are_refused_for_foreign_origin_and_anonymous(daphne_server: LiveDaphne) -> None:
     assert _handshake(daphne_server, "http://evil.example.com").startswith("HTTP/1.1 403")
     assert _handshake(daphne_server, daphne_server.url).startswith("HTTP/1.1 403")
+
+
+def test_websocket_origin_must_match_port_and_scheme(daphne_server: LiveDaphne) -> None:
+    # Logged in, so only the Origin decides (webapp.core.origins): another port or scheme of this host is
+    # another site.
+    daphne_server.create_user("origins", "origins-password-1")
+    cookie = f"sessionid={daphne_server.login_session('origins')}"
+    host, port = daphne_server.host, daphne_server.port
+    assert _handshake(daphne_server, f"http://{host}:{port}", cookie).startswith("HTTP/1.1 101")
+    for origin in (f"http://{host}:{port + 1}", f"https://{host}:{port}", f"http://localhost:{port}"):
+        assert _handshake(daphne_server, origin, cookie).startswith("HTTP/1.1 403"), origin

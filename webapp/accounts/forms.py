@@ -12,6 +12,7 @@ from django.contrib.auth.password_validation import password_validators_help_tex
 from django.core.exceptions import ValidationError
 
 from webapp.accounts.selectors import login_refusal
+from webapp.accounts.usernames import new_username_problem, normalize
 
 # A domain name as people type it: labels of letters, digits and hyphens, at least one dot.
 DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
@@ -67,9 +68,10 @@ class SignUpForm(forms.Form):
             self.fields[name].widget.attrs.update(autocomplete="new-password")
 
     def clean_username(self) -> str:
-        username: str = self.cleaned_data["username"]
-        if User.objects.filter(username__iexact=username).exists():
-            raise ValidationError("That username is taken. Please choose another.")
+        username = normalize(self.cleaned_data["username"])
+        problem = new_username_problem(username)
+        if problem:
+            raise ValidationError(problem)
         return username
 
     def clean_email(self) -> str:

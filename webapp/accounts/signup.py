@@ -12,6 +12,7 @@ from django.utils import timezone
 from webapp.accounts.events import account_event
 from webapp.accounts.models import AccountStatus, SignupSettings, SsoIdentity
 from webapp.accounts.selectors import auto_approves, email_domain, signup_settings_get
+from webapp.accounts.usernames import lookalike_of, normalize, scripts_of, skeleton
 from webapp.core.errors import AuthenticationFailed, PermissionDenied
 
 
@@ -86,11 +87,15 @@ def groups_for_claim(values: list[str]) -> list[Group]:
 
 
 def _free_username(claims: dict[str, Any]) -> str:
+    """A name from the provider's claims that neither is nor passes for an existing one (accounts.usernames):
+    the provider's users choose their preferred_username, so it may be a look-alike."""
     email = claims.get("email") or ""
-    raw = str(claims.get("preferred_username") or email.partition("@")[0] or "user")
+    raw = normalize(str(claims.get("preferred_username") or email.partition("@")[0] or "user"))
+    if len(scripts_of(raw)) > 1:  # mixed alphabets: the Latin name it passes for, in ASCII
+        raw = skeleton(raw).encode("ascii", "ignore").decode()
     base = re.sub(r"[^\w.@+-]", "", raw)[:140] or "user"
     name, n = base, 1
-    while User.objects.filter(username__iexact=name).exists():
+    while lookalike_of(name) is not None:
         n += 1
         name = f"{base}-{n}"
     return name

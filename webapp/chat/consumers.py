@@ -1,14 +1,21 @@
-"""The chat socket: watches one conversation's group and forwards the user's actions to the service."""
+"""The chat socket: watches one conversation's group and forwards the user's actions to the service.
+
+However the socket ends (the client closes, the server closes it, the consumer fails, or Daphne cancels
+it), its place in the user's socket count is given back and its group left: __call__ ends in `_leave`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from webapp.chat import events, selectors
+from webapp.chat import events, guard, selectors
 from webapp.chat.errors import notice_for
 from webapp.chat.generation import chat_replies
 from webapp.chat.guard import CLOSE_POLICY_VIOLATION, FrameError, FrameLimiter, UserCheck, decode_frame
@@ -29,10 +36,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     user_check: UserCheck | None = None
     closed: bool = False
     socket_owner: int | None = None  # the user whose socket count this socket holds
+    watcher: asyncio.Task[None] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limiter = FrameLimiter()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._leave()
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -51,10 +65,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self.conversation = conversation
-        self.user_check = UserCheck.of(user)
+        self.user_check = UserCheck.of(user, self.scope.get("session"))
         self.group = events.group_name(conversation_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.watcher = asyncio.create_task(self._watch_login())
         # A tab that (re)opens mid-reply gets the reply so far, then follows the group: from memory when the
         # reply runs in this process, else as another replica last saved it.
         reply = chat_replies().running(conversation_id)
@@ -70,9 +85,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         # Leaving never stops a reply: generation belongs to the service, not to the socket.
+        await self._leave()
+
+    async def _leave(self) -> None:
+        """Give back the socket's place and leave the group; idempotent, as every ending calls it."""
         self._release_socket()
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.watcher is not None and self.watcher is not asyncio.current_task():
+            self.watcher.cancel()
+        self.watcher = None
+        group, self.group = self.group, ""
+        if group:
+            with contextlib.suppress(Exception):  # a layer that is down must not keep the place taken
+                await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
@@ -155,6 +179,20 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if self.socket_owner is not None:
             get_runtime().service(OpenSockets).release(self.socket_owner)
             self.socket_owner = None
+
+    async def _watch_login(self) -> None:
+        """Re-check the login once each period, so a socket that only listens (no frames, no events)
+        closes within REVALIDATE_INTERVAL_S of a logout too."""
+        while not self.closed:
+            # Until the check falls due (a frame may have made one since); the interval is read each time
+            # (tests shorten it), and a floor keeps a zero setting from spinning on the database.
+            since = time.monotonic() - self.user_check.checked if self.user_check else 0.0
+            await asyncio.sleep(max(guard.REVALIDATE_INTERVAL_S - since, 0.05))
+            try:
+                if not await self._user_still_valid():
+                    return
+            except Exception:  # the database is away: keep the socket, try again next period
+                logger.warning("Re-checking a chat socket's login failed", exc_info=True)
 
     async def _user_still_valid(self) -> bool:
         """Re-read the user at most every REVALIDATE_INTERVAL_S; close the socket once the login is void."""

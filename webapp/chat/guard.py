@@ -1,7 +1,8 @@
-"""Per-socket protection for the chat WebSocket: a frame rate limit, frame decoding, and re-checking the user.
+"""Per-socket protection for the chat WebSocket: a frame rate limit, frame decoding, re-checking the login.
 
 Everything here that runs per frame is cheap and touches no database, so a flooding client costs only
-the frame's parsing; the user re-check reads one row, at most every REVALIDATE_INTERVAL_S seconds.
+the frame's parsing; the login re-check reads the user's row and the session's, at most every
+REVALIDATE_INTERVAL_S seconds as frames come and, for a socket that only listens, once each period.
 """
 
 from __future__ import annotations
@@ -9,22 +10,27 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Any
 
-from django.contrib.auth import get_user_model
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
 from django.utils.crypto import constant_time_compare
 
 # A burst of frames a person could plausibly send (several quick clicks), then a steady refill.
 FRAME_BURST = 20
 FRAME_REFILL_PER_S = 5.0
-# Frames refused in a row before the socket is closed with 1008: past this it is a flood, not a burst.
+# Frames refused in a row before the socket is closed: past this it is a flood, not a burst.
 FLOOD_CLOSE_AFTER = 20
 # Largest text frame read, in characters: a full-length message (32,000 chars) JSON-escaped, with room.
 MAX_FRAME_CHARS = 256 * 1024
-# How often an open socket re-reads its user; a deactivated user or a changed password closes it.
+# How often an open socket re-reads its login; a deactivated user, a changed password or a session ended
+# (logged out, expired) closes it.
 REVALIDATE_INTERVAL_S = 5.0
 
-CLOSE_POLICY_VIOLATION = 1008
+# A server may close with 1000 or an application code (3000-4999) only: Daphne's WebSocket library refuses
+# 1008 itself, and the consumer then crashed (the client saw 1011). 4000 + 1008's meaning: policy violation.
+CLOSE_POLICY_VIOLATION = 4008
 
 
 class FrameError(Exception):
@@ -93,24 +99,40 @@ def decode_frame(text_data: str | None, bytes_data: bytes | None) -> dict[str, A
 
 @dataclass(slots=True)
 class UserCheck:
-    """Remembers who opened the socket and whether that login is still good, re-read now and then."""
+    """Remembers who opened the socket, with which session, and whether that login is still good."""
 
     user_id: int
     session_hash: str
+    # The session the socket's cookie named (AuthMiddlewareStack put it in the scope); None: no session,
+    # so the login counts as gone at the first re-check.
+    session_key: str | None = None
     checked: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def of(cls, user: Any) -> UserCheck:
-        return cls(user_id=user.pk, session_hash=user.get_session_auth_hash())
+    def of(cls, user: Any, session: Any = None) -> UserCheck:
+        key = getattr(session, "session_key", None) if session is not None else None
+        return cls(user_id=user.pk, session_hash=user.get_session_auth_hash(), session_key=key)
 
     def due(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
         return now - self.checked >= REVALIDATE_INTERVAL_S
 
     async def still_valid(self) -> bool:
-        """False once the user is gone, deactivated, or has a new password (the session hash changes)."""
+        """False once the user is gone, deactivated, or has a new password (the session hash changes), or
+        once the session is: logged out (POST /logout/ deletes it), expired, or another user's."""
         self.checked = time.monotonic()
         user = await get_user_model()._default_manager.filter(pk=self.user_id).afirst()
         if user is None or not getattr(user, "is_active", True):
             return False
-        return constant_time_compare(user.get_session_auth_hash(), self.session_hash)
+        if not constant_time_compare(user.get_session_auth_hash(), self.session_hash):
+            return False
+        return await session_is_for(self.session_key, self.user_id)
+
+
+async def session_is_for(session_key: str | None, user_id: int) -> bool:
+    """Whether the session store still holds `session_key`, logged in as `user_id`. A store whose
+    sessions live in the cookie itself (signed_cookies) cannot tell a logged-out one; every other can."""
+    if not session_key:
+        return False
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return str(await store.aget(SESSION_KEY)) == str(user_id)

@@ -2,6 +2,10 @@
 
 A group's policy (accounts.GroupPolicy) holds limits on top of each member's own and a daily token quota
 over all of them; ModelRegistration.allowed_groups says which restricted models its members may use.
+
+Membership and policy limit people as their own limits do, so the rule of console.users holds here too:
+an admin who is no owner may not put another admin or an owner into a group or take them out, nor change
+the limits of (or delete) a group that has one in it. Otherwise a group is a way round that rule.
 """
 
 from __future__ import annotations
@@ -10,8 +14,10 @@ from typing import Any
 
 from django.contrib.auth.models import Group, User
 from django.db import transaction
+from django.db.models import Q
 
 from webapp.accounts.models import GroupPolicy
+from webapp.console.users import action_refusal, role_of
 from webapp.core.models import ModelRegistration
 from webapp.serving.model_access import restrictions_changed
 
@@ -20,6 +26,45 @@ POLICY_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_req
 
 class GroupActionError(ValueError):
     """The change is refused, with a message for the admin."""
+
+
+class GroupRefused(GroupActionError):
+    """The change is not this admin's to make (the views answer 403 before a service ever raises it)."""
+
+
+def member_refusal(*, actor: User, user: User) -> str | None:
+    """Why `actor` may not add `user` to a group or remove them from one, or None when they may."""
+    if action_refusal(actor=actor, user=user, action="limits") is None:
+        return None
+    return f"only an owner can change the groups of another {role_of(user)}"
+
+
+def protected_members(*, actor: User, group: Group) -> list[User]:
+    """The members `actor` may not limit: other admins and owners, unless `actor` is an owner."""
+    admins = group.user_set.filter(Q(is_staff=True) | Q(is_superuser=True)).order_by("username")
+    return [m for m in admins if member_refusal(actor=actor, user=m)]
+
+
+def member_candidates(*, actor: User, group: Group, limit: int = 500) -> list[str]:
+    """Usernames `actor` may add to the group (the page's suggestions)."""
+    users = User.objects.exclude(groups=group)
+    if not actor.is_superuser:
+        users = users.exclude(Q(is_staff=True) | Q(is_superuser=True), ~Q(pk=actor.pk))
+    return list(users.order_by("username").values_list("username", flat=True)[:limit])
+
+
+def group_refusal(*, actor: User, group: Group) -> str | None:
+    """Why `actor` may not change the group's limits and quota or delete it, or None when they may."""
+    protected = protected_members(actor=actor, group=group)
+    if not protected:
+        return None
+    names = ", ".join(m.username for m in protected[:5])
+    return f"only an owner can change the limits of a group with another admin or owner in it ({names})"
+
+
+def _ensure(reason: str | None) -> None:
+    if reason:
+        raise GroupRefused(reason)
 
 
 def _check_name(name: str, *, except_pk: int | None = None) -> str:
@@ -47,7 +92,8 @@ def group_rename(*, group: Group, name: str) -> Group:
     return group
 
 
-def group_delete(*, group: Group) -> None:
+def group_delete(*, actor: User, group: Group) -> None:
+    _ensure(group_refusal(actor=actor, group=group))
     group.delete()  # its policy and grants go with it; a model it was the last group of stays restricted
     restrictions_changed()
 
@@ -61,17 +107,19 @@ def models_left_to_admins(*, group: Group) -> list[str]:
     )
 
 
-def member_add(*, group: Group, username: str) -> User:
+def member_add(*, actor: User, group: Group, username: str) -> User:
     user = User.objects.filter(username__iexact=username.strip()).first()
     if user is None:
         raise GroupActionError(f"No user is named {username.strip()!r}.")
+    _ensure(member_refusal(actor=actor, user=user))
     if group.user_set.filter(pk=user.pk).exists():
         raise GroupActionError(f"{user.username} is already in {group.name}.")
     group.user_set.add(user)
     return user
 
 
-def member_remove(*, group: Group, user: User) -> None:
+def member_remove(*, actor: User, group: Group, user: User) -> None:
+    _ensure(member_refusal(actor=actor, user=user))
     group.user_set.remove(user)
 
 
@@ -79,8 +127,9 @@ def policy_of(group: Group) -> GroupPolicy:
     return GroupPolicy.objects.get_or_create(group=group)[0]
 
 
-def policy_set(*, group: Group, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def policy_set(*, actor: User, group: Group, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Set the group's limits and quota (None: none); returns the values before and after."""
+    _ensure(group_refusal(actor=actor, group=group))
     policy = policy_of(group)
     before = {name: getattr(policy, name) for name in (*POLICY_FIELDS, "description")}
     for name in (*POLICY_FIELDS, "description"):

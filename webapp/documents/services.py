@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from webapp.chat.models import Conversation
-from webapp.core.errors import Conflict, InvalidRequest, PayloadTooLarge
+from webapp.core.errors import Conflict, InvalidRequest, PayloadTooLarge, RateLimited
 from webapp.documents.indexing import mark_failed
 from webapp.documents.models import Attachment, Collection, Document
 from webapp.documents.sniffing import kind_for
@@ -59,6 +59,7 @@ def document_upload(
         raise InvalidRequest(f"{name} is empty.", code="empty_file")
     kind = kind_for(name, data[:4096])
     with transaction.atomic():
+        _check_backlog(owner)
         if conversation is not None:
             Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
             most = settings.MOONCAKE_DOCUMENTS_PER_CHAT
@@ -78,6 +79,22 @@ def document_upload(
         )
     _enqueue(document)
     return document
+
+
+def _check_backlog(owner: User) -> None:
+    """Refuse an upload while the owner has their most documents waiting or being read: they are read a
+    few at a time (webapp.documents.indexing), and a waiting document costs the queue a message now and
+    then, so the backlog is bounded per user."""
+    most = settings.MOONCAKE_DOCUMENTS_MAX_QUEUED_PER_USER
+    busy = Document.objects.filter(
+        owner=owner, state__in=(Document.State.QUEUED, Document.State.EXTRACTING)
+    ).count()
+    if most > 0 and busy >= most:
+        raise RateLimited(
+            f"You have {busy} documents waiting to be read; upload more once some are ready.",
+            code="too_many_documents_waiting",
+            retry_after=10,
+        )
 
 
 def _enqueue(document: Document) -> None:

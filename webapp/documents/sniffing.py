@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import zipfile
 from pathlib import PurePath
 
 from webapp.core.errors import UnsupportedMediaType
@@ -63,11 +61,3 @@ def kind_for(name: str, head: bytes) -> str:
             f"{name} looks like a binary file, not text. Attach {SUPPORTED}.", code="bad_content"
         )
     return kind
-
-
-def is_docx(data: bytes) -> bool:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            return "word/document.xml" in archive.namelist()
-    except (zipfile.BadZipFile, ValueError):
-        return False

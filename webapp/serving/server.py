@@ -91,6 +91,11 @@ class GracefulServer(daphne.server.Server):
             # Django parses bodies itself. Twisted's own form parsing answers a multipart body it cannot
             # read (no boundary) with an empty 400 before Django, and the API's JSON errors, ever see it.
             protocol._parsePOSTFormSubmission = False
+            # Twisted reads a whole body before the application starts: refuse one over the limit first.
+            # (Imported here: it reads the app's settings, and this module loads before Django is set up.)
+            from webapp.serving.body_guard import guard_request_body
+
+            guard_request_body(protocol)
         super().protocol_connected(protocol)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:

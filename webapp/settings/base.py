@@ -12,6 +12,7 @@ import django_stubs_ext
 from webapp.core.config import MooncakeSettings, resolve_settings
 from webapp.settings.database import database_from_url
 from webapp.settings.env import env_bool, env_int, env_list, env_path, env_str
+from webapp.settings.logs import logging_config
 
 # Generic classes such as ModelAdmin[Model] need this at run time, not only under mypy.
 django_stubs_ext.monkeypatch()
@@ -124,6 +125,7 @@ API_MIDDLEWARE = [
     "webapp.core.loop_middleware.Common",
     "webapp.core.loop_middleware.XFrameOptions",
     "webapp.core.loop_middleware.PrometheusAfter",
+    "webapp.core.csp.csp_middleware",  # /v1/docs is HTML too: the site's policy (JSON and SSE get none)
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -254,6 +256,8 @@ CELERY_WORKER_POOL = env_str("CELERY_WORKER_POOL", "threads")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "prune-request-log": {"task": "api.prune_request_log", "schedule": 3600.0},
     "prune-responses": {"task": "api.prune_responses", "schedule": 3600.0},
+    # Documents a dead worker left being read are marked failed (webapp.documents.indexing).
+    "recover-documents": {"task": "documents.recover", "schedule": 30.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(CELERY_DIR / "beat-schedule")
 # Days of request-log detail kept; older rows are deleted hourly. Their tokens stay in the daily usage
@@ -275,26 +279,19 @@ MOONCAKE_DOCUMENTS_CONTEXT_TOKENS = env_int("MOONCAKE_DOCUMENTS_CONTEXT_TOKENS",
 # The embedding model (task: embed) that ranks passages by meaning beside full-text search: "" picks the
 # first one mooncake.yaml lists (the bundled one first), "off" ranks by full-text search alone.
 MOONCAKE_DOCUMENTS_EMBEDDING_MODEL = env_str("MOONCAKE_DOCUMENTS_EMBEDDING_MODEL", "")
+# Reading a document (webapp.documents.isolation): a child process killed past this wall clock, or refused
+# memory past this address space; a compressed file refused before parsing when it unpacks to more than
+# MAX_UNPACKED_MB together, or one part to more than MAX_UNPACK_RATIO times its size (0: no ratio bound);
+# and at most MAX_PROCESSING_PER_USER of one user's documents read at once (0: no limit), the rest queued,
+# and an upload refused (429) while the user has MAX_QUEUED_PER_USER waiting or being read (0: no limit).
+MOONCAKE_DOCUMENTS_EXTRACT_SECONDS = env_int("MOONCAKE_DOCUMENTS_EXTRACT_SECONDS", 60)
+MOONCAKE_DOCUMENTS_EXTRACT_MEMORY_MB = env_int("MOONCAKE_DOCUMENTS_EXTRACT_MEMORY_MB", 512)
+MOONCAKE_DOCUMENTS_MAX_UNPACKED_MB = env_int("MOONCAKE_DOCUMENTS_MAX_UNPACKED_MB", 50)
+MOONCAKE_DOCUMENTS_MAX_UNPACK_RATIO = env_int("MOONCAKE_DOCUMENTS_MAX_UNPACK_RATIO", 100)
+MOONCAKE_DOCUMENTS_MAX_PROCESSING_PER_USER = env_int("MOONCAKE_DOCUMENTS_MAX_PROCESSING_PER_USER", 1)
+MOONCAKE_DOCUMENTS_MAX_QUEUED_PER_USER = env_int("MOONCAKE_DOCUMENTS_MAX_QUEUED_PER_USER", 40)
 
 PROMETHEUS_EXPORT_MIGRATIONS = False
 
-LOGGING: dict[str, Any] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    # Every line carries the id of the request it was written for ("-" outside requests).
-    "filters": {"request_id": {"()": "webapp.core.request_id.RequestIdFilter"}},
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
-        "json": {"()": "webapp.core.request_id.JsonFormatter"},
-    },
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            # LOG_FORMAT=json: one JSON object per line, for log shippers.
-            "formatter": "json" if env_str("LOG_FORMAT", "plain").lower() == "json" else "plain",
-            "filters": ["request_id"],
-        }
-    },
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
-}
+# One line per record, plain or JSON (LOG_FORMAT=json), each with its request's id (webapp.settings.logs).
+LOGGING = logging_config(log_format=env_str("LOG_FORMAT", "plain"), level=env_str("LOG_LEVEL", "INFO"))

@@ -1,7 +1,12 @@
-"""API errors through the real server (Daphne over Twisted), where some never reach Django at all."""
+"""API errors through the real server (Daphne over Twisted), where some never reach Django at all: forms
+Twisted would parse, wrong methods, bodies over the limit (refused at the socket, site pages too)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,3 +66,69 @@ def test_wrong_method_and_unknown_path_are_json(server: LiveDaphne) -> None:
     assert_json_error(response, 405)
     assert response.headers["allow"] == "POST"
     assert_json_error(httpx.post(server.url + "/v1/nope", json={}), 404)
+
+
+# ---- bodies over the limit, refused at Daphne's socket (webapp.serving.body_guard) ----------------------
+
+HUNDRED_MB = 100 * 1024 * 1024
+
+
+def _open(server: LiveDaphne, path: str, *headers: str) -> socket.socket:
+    """A connection that has sent a POST's head, and none of its body."""
+    sock = socket.create_connection((server.host, server.port), timeout=10)
+    head = [f"POST {path} HTTP/1.1", f"Host: {server.host}:{server.port}", "Content-Type: application/json"]
+    sock.sendall(("\r\n".join([*head, *headers]) + "\r\n\r\n").encode())
+    return sock
+
+
+def _response(sock: socket.socket) -> tuple[str, bytes]:
+    """The status line and body of what the server sent before it closed."""
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.decode("latin-1").split("\r\n", 1)[0], body
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [("/v1/chat/completions", b'"code": "request_too_large"'), ("/login/", b"Request body too large")],
+)
+def test_a_declared_100_mb_body_is_refused_before_it_is_sent(
+    server: LiveDaphne, path: str, says: bytes
+) -> None:
+    with _open(server, path, f"Content-Length: {HUNDRED_MB}") as sock:
+        status, body = _response(sock)  # not a byte of the body was sent: the answer cannot wait for it
+    assert status == "HTTP/1.1 413 Content Too Large"
+    assert says in body
+    assert server.get("/version")[0] == 200
+
+
+def test_a_client_waiting_for_100_continue_gets_the_413_instead(server: LiveDaphne) -> None:
+    with _open(server, "/v1/completions", f"Content-Length: {HUNDRED_MB}", "Expect: 100-continue") as sock:
+        status, body = _response(sock)
+    assert status == "HTTP/1.1 413 Content Too Large"
+    assert json.loads(body)["error"]["code"] == "request_too_large"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/login/"])
+def test_a_chunked_body_is_cut_off_at_the_limit(server: LiveDaphne, path: str) -> None:
+    sent = 0
+    chunk = b"x" * 65536
+    frame = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    with _open(server, path, "Transfer-Encoding: chunked") as sock:
+
+        def upload() -> None:
+            nonlocal sent
+            with contextlib.suppress(OSError):  # the server hangs up once the limit is passed
+                while sent < HUNDRED_MB:
+                    sock.sendall(frame)
+                    sent += len(chunk)
+
+        sender = threading.Thread(target=upload)
+        sender.start()
+        status, _ = _response(sock)
+        sender.join(timeout=30)
+    assert status == "HTTP/1.1 413 Content Too Large"
+    assert sent < 16 * 1024 * 1024  # cut off near the limit (8 MiB at most here), not read to the end

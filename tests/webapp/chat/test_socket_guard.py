@@ -1,4 +1,4 @@
-"""The chat socket under abuse: floods, malformed frames, revoked logins, oversized messages."""
+"""The chat socket under abuse: floods, bad frames, revoked logins, ended sessions, oversized messages."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.backends.utils import CursorWrapper
+from django.test import Client
 
 from tests.webapp.chat.fakes import FakeEngine
 from tests.webapp.chat.wsutil import connected, is_idle, receive_until
+from webapp.asgi import application
 from webapp.chat import events, guard
 from webapp.chat.generation import chat_replies
-from webapp.chat.models import Conversation
+from webapp.chat.models import Conversation, Message
 from webapp.core.errors import InvalidRequest
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,7 +55,7 @@ async def test_flood_is_refused_without_db_work_then_closed(
         await ws.send_json_to({"type": "send", "content": "spam"})
         assert (await ws.receive_json_from())["code"] == "too_fast"
     await ws.send_json_to({"type": "stop"})
-    assert await ws.receive_output() == {"type": "websocket.close", "code": 1008}
+    assert await ws.receive_output() == {"type": "websocket.close", "code": guard.CLOSE_POLICY_VIOLATION}
     assert queries == []
     await ws.disconnect()
 
@@ -151,3 +155,68 @@ async def test_huge_message_is_refused_before_any_tokenizer_work(
             await service.edit(conversation=chat, message_id=1, content=huge, nonce=None)
     assert caught.value.code == "invalid" and "longer than" in caught.value.message
     assert calls == []
+
+
+# ---- a logged-out session closes its sockets within REVALIDATE_INTERVAL_S --------------------------------
+
+
+def _log_out(session_key: str) -> None:
+    """POST /logout/ from the browser holding this session, as the logout button does."""
+    client = Client()
+    client.cookies[settings.SESSION_COOKIE_NAME] = session_key
+    assert client.post("/logout/").status_code == 302
+
+
+@pytest.mark.database
+async def test_logout_closes_a_socket_that_only_listens(
+    monkeypatch: pytest.MonkeyPatch, alice: User, chat: Conversation
+) -> None:
+    monkeypatch.setattr(guard, "REVALIDATE_INTERVAL_S", 0.3)
+    ws = await connected(alice, chat.pk)
+    await sync_to_async(_log_out)(ws.scope["session"].session_key)
+    # No frame and no event: the socket's own re-check closes it within the period.
+    assert await ws.receive_output(timeout=3) == {"type": "websocket.close", "code": 4401}
+    await ws.disconnect()
+
+
+@pytest.mark.database
+async def test_after_logout_a_send_is_refused_not_answered(
+    monkeypatch: pytest.MonkeyPatch, fake_engine: FakeEngine, alice: User, chat: Conversation
+) -> None:
+    # Through the real stack (AuthMiddlewareStack reads the cookie), with the browser's own session.
+    monkeypatch.setattr(guard, "REVALIDATE_INTERVAL_S", 0.0)
+    client = Client()
+    await sync_to_async(client.force_login)(alice)
+    key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/chat/{chat.pk}/",
+        headers=[(b"origin", b"http://testserver"), (b"host", b"testserver"),
+                 (b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode())],
+    )  # fmt: skip
+    assert (await ws.connect())[0]
+    assert await ws.receive_json_from() == {"type": "state", "running": False}
+    await sync_to_async(_log_out)(key)
+    await ws.send_json_to({"type": "send", "content": "still there?"})
+    assert await ws.receive_output(timeout=3) == {"type": "websocket.close", "code": 4401}
+    assert not await Message.objects.filter(conversation=chat).aexists()
+    await ws.disconnect()
+
+
+@pytest.mark.database
+async def test_another_login_keeps_the_socket(
+    monkeypatch: pytest.MonkeyPatch, alice: User, chat: Conversation
+) -> None:
+    monkeypatch.setattr(guard, "REVALIDATE_INTERVAL_S", 0.0)
+    ws = await connected(alice, chat.pk)
+    other = Client()
+    await sync_to_async(other.force_login)(alice)  # a second browser, then its logout
+    await sync_to_async(_log_out)(other.cookies[settings.SESSION_COOKIE_NAME].value)
+    await ws.send_json_to({"type": "dance"})
+    assert (await ws.receive_json_from())["code"] == "invalid"  # still open: its own session lives on
+    await ws.disconnect()
+
+
+async def test_a_socket_without_a_session_counts_as_logged_out() -> None:
+    assert not await guard.session_is_for(None, 1)
+    assert not await guard.session_is_for("no-such-session", 1)

@@ -4,21 +4,41 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from importlib import import_module
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.contrib.sessions.backends.base import SessionBase
 
 from webapp.chat.routing import websocket_urlpatterns
 
 
 async def open_socket(user: Any, conversation_id: int, *, origin: bytes = b"http://testserver") -> Any:
-    """A connected communicator (scope user set directly, as AuthMiddlewareStack would)."""
+    """A communicator for the chat socket, its scope's user and session set directly as AuthMiddlewareStack
+    would set them: a logged-in session in the database, as a browser's cookie names one."""
     communicator = WebsocketCommunicator(
-        URLRouter(websocket_urlpatterns), f"/ws/chat/{conversation_id}/", headers=[(b"origin", origin)]
+        URLRouter(websocket_urlpatterns),
+        f"/ws/chat/{conversation_id}/",
+        headers=[(b"origin", origin), (b"host", b"testserver")],
     )
     communicator.scope["user"] = user
+    if getattr(user, "is_authenticated", False):
+        communicator.scope["session"] = await sync_to_async(login_session)(user)
     return communicator
+
+
+def login_session(user: Any) -> SessionBase:
+    """A saved session logged in as `user` (what django.contrib.auth.login leaves behind)."""
+    session = import_module(settings.SESSION_ENGINE).SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return session  # type: ignore[no-any-return]
 
 
 async def connected(user: Any, conversation_id: int) -> Any:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from webapp.asgi import application
 from webapp.core.csp import HEADER, POLICY
 
 pytestmark = pytest.mark.django_db
@@ -73,3 +75,16 @@ def test_html_pages_carry_the_policy(client: Client) -> None:
 def test_json_answers_carry_none(client: Client) -> None:
     response = client.get("/version")
     assert response.status_code == 200 and HEADER not in response
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_api_docs_page_carries_the_policy_through_the_api_handler() -> None:
+    # API paths run settings.API_MIDDLEWARE (webapp.core.api_asgi), not the test client's MIDDLEWARE: go
+    # through the ASGI application the server runs.
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
+        docs = await api.get("/v1/docs")
+        models = await api.get("/v1/models")
+    assert docs.status_code == 200 and docs.headers["content-type"].startswith("text/html")
+    assert docs.headers[HEADER] == POLICY
+    assert models.headers["content-type"] == "application/json" and HEADER not in models.headers

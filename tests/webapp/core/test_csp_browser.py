@@ -19,6 +19,7 @@ PAGES = [
     "/console/requests/",
     "/console/users/",
     "/console/tuning/",
+    "/v1/docs",  # Swagger UI, served by the API's own handler (settings.API_MIDDLEWARE)
 ]
 # Collects every violation the page reports, including ones from scripts run after load (htmx swaps).
 LISTEN = """window.__csp = [];

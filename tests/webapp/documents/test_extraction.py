@@ -11,12 +11,16 @@ from tests.webapp.documents.files import make_docx, make_pdf
 from webapp.core.errors import UnsupportedMediaType
 from webapp.documents.chunking import chunk_sections
 from webapp.documents.extraction import ExtractionError, Section, extract
+from webapp.documents.indexing import limits_from_settings
 from webapp.documents.sniffing import kind_for
 
 
 def run(kind: str, data: bytes, name: str = "f") -> tuple[list[Section], list[tuple[int, int]]]:
     calls: list[tuple[int, int]] = []
-    sections = extract(kind=kind, name=name, data=data, progress=lambda d, t: calls.append((d, t)))
+    limits = limits_from_settings()
+    sections = extract(
+        kind=kind, name=name, data=data, limits=limits, progress=lambda d, t: calls.append((d, t))
+    )
     return sections, calls
 
 

@@ -55,7 +55,9 @@ def test_progress_while_queued_and_extracting(client_a: Client, chat: Conversati
     Document.objects.filter(pk=document.pk).update(state="extracting", progress_done=3, progress_total=10)
     html = client_a.get(reverse("documents:status", args=[document.pk])).content.decode()
     assert "Reading page 3 of 10" in html and 'hx-trigger="every 1s"' in html
-    # The queued task runs once; a redelivery does nothing.
+    # A second task while one reads it does nothing; the queued task runs once; a redelivery does nothing.
+    assert indexing.document_extract(document_id=document.pk) == "extracting"
+    Document.objects.filter(pk=document.pk).update(state="queued")
     indexing.document_extract(document_id=document.pk)
     assert Document.objects.get().state == "ready"
     assert indexing.document_extract(document_id=document.pk) == "ready"

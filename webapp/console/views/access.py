@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 
+from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -25,6 +26,14 @@ def staff_required(view: View) -> View:
         return view(request, *args, **kwargs)
 
     return never_cache(wrapped)
+
+
+def actor_of(request: HttpRequest) -> User:
+    """The signed-in admin behind a staff_required view."""
+    user = request.user
+    if not isinstance(user, User):
+        raise TypeError("staff_required guarantees a signed-in user")
+    return user
 
 
 def back(request: HttpRequest, fallback: str) -> HttpResponse:
