@@ -93,7 +93,8 @@
       if (document.activeElement !== field) { field.value = text; }  // Never under the user's typing.
     }
     const item = document.getElementById("conv-" + root.dataset.conversationId);
-    if (item) {
+    // Not while the entry is a rename field (organize's list rename): its answer brings the entry back.
+    if (item && item.querySelector(".conv-title")) {
       item.querySelector(".conv-title").textContent = text;
       const del = item.querySelector(".conv-delete");
       del.setAttribute("aria-label", "Delete " + text);

@@ -91,6 +91,19 @@
     }
   }, true);
 
+  // ---- renaming in the list: the field arrives focused (autofocus) with its text selected; Esc cancels ----
+  document.body.addEventListener("htmx:load", function (e) {
+    var field = e.detail.elt.querySelector && e.detail.elt.querySelector(".conv-rename-input");
+    if (field && !field.hasAttribute("aria-invalid")) { field.select(); }
+  });
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Escape" || !e.target.classList || !e.target.classList.contains("conv-rename-input")) { return; }
+    var cancel = e.target.form.querySelector(".conv-rename-cancel");
+    if (cancel) { cancel.click(); }
+    e.preventDefault();  // Not also "stop the reply" or "close the sidebar".
+    e.stopPropagation();
+  }, true);
+
   var lastItem = null;
   document.body.addEventListener("htmx:beforeRequest", function (e) {
     var item = e.detail.elt.closest && e.detail.elt.closest(".conv-item, .org-folder");

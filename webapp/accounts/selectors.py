@@ -148,6 +148,14 @@ def signup_settings_get() -> SignupSettings:
     return SignupSettings.objects.filter(pk=1).first() or SignupSettings(pk=1)
 
 
+def email_taken(*, email: str, except_user: User | None = None) -> bool:
+    """Whether another account has this email, in any case (sign-up refuses a second account for one)."""
+    others = User.objects.filter(email__iexact=email.strip())
+    if except_user is not None:
+        others = others.exclude(pk=except_user.pk)
+    return bool(email.strip()) and others.exists()
+
+
 def email_domain(email: str) -> str:
     return email.rpartition("@")[2].strip().lower() if "@" in email else ""
 

@@ -7,13 +7,16 @@ from typing import Any
 from django import forms
 
 from webapp.chat.selectors import available_models
+from webapp.chat.services import EMBEDDING_REFUSAL, MAX_TITLE_CHARS, TITLE_BLANK, TITLE_TOO_LONG
 from webapp.serving.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 
 class RenameForm(forms.Form):
     # Spaces alone strip to nothing, which "required" refuses with this message.
     title = forms.CharField(
-        max_length=200, strip=True, error_messages={"required": "The title cannot be blank."}
+        max_length=MAX_TITLE_CHARS,
+        strip=True,
+        error_messages={"required": TITLE_BLANK, "max_length": TITLE_TOO_LONG},
     )
 
 
@@ -28,7 +31,11 @@ class ModelForm(forms.Form):
 
     def clean_model(self) -> str:
         model: str = self.cleaned_data["model"]
-        known = {choice.name for choice in available_models(user_id=self.user_id)}
+        choices = available_models(user_id=self.user_id)
+        if model and model in {c.name for c in choices if c.task == "embed"}:
+            # The pickers never offer it (selectors.chat_models); a crafted form is told why.
+            raise forms.ValidationError(EMBEDDING_REFUSAL.format(model=model))
+        known = {choice.name for choice in choices}
         if model and known and model not in known:
             raise forms.ValidationError("Unknown model.")
         return model

@@ -249,12 +249,17 @@ def available_models(*, user_id: int | None = None) -> list[ModelChoice]:
     return [ModelChoice(name=info.name, state=str(info.state), task=info.task) for info in infos]
 
 
+def chat_models(*, user_id: int | None = None) -> list[ModelChoice]:
+    """available_models less the embedding models (task "embed"): they cannot write a reply, so no chat
+    model picker offers them."""
+    return [c for c in available_models(user_id=user_id) if c.task != "embed"]
+
+
 def picker_models(*, user_id: int) -> list[ModelChoice]:
-    """The models for the chat header's picker (those the user may use, embedding models aside: they do
-    not chat): loaded ones first, then loading, then the rest, by name."""
+    """The models for the chat header's picker (chat_models): loaded ones first, then loading, then the
+    rest, by name."""
     rank = {"loaded": 0, "loading": 1}
-    chatting = [c for c in available_models(user_id=user_id) if c.task == "generate"]
-    return sorted(chatting, key=lambda c: (rank.get(c.state_label, 2), c.name))
+    return sorted(chat_models(user_id=user_id), key=lambda c: (rank.get(c.state_label, 2), c.name))
 
 
 def default_model_name() -> str:

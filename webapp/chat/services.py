@@ -8,12 +8,15 @@ from django.utils import timezone
 
 from webapp.chat import leases
 from webapp.chat.models import Conversation, Message
-from webapp.chat.selectors import chat_defaults, draft_conversation
+from webapp.chat.selectors import available_models, chat_defaults, draft_conversation
 from webapp.core.errors import InvalidRequest, NotFound
 from webapp.serving.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 MAX_MESSAGE_CHARS = 32_000
 MAX_TITLE_CHARS = 200
+TITLE_BLANK = "The title cannot be blank."
+TITLE_TOO_LONG = f"The title is longer than {MAX_TITLE_CHARS} characters."
+EMBEDDING_REFUSAL = "{model} is an embedding model: it cannot chat. Choose a chat model."
 
 
 def _clean_content(content: str) -> str:
@@ -53,9 +56,13 @@ def conversation_new(*, user: User) -> Conversation:
 
 
 def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
-    title = " ".join(title.split())[:MAX_TITLE_CHARS]
+    """The owner's own title: the model's title job never overwrites it. Refused when blank or too long
+    (cutting it short would store a title nobody typed)."""
+    title = " ".join(title.split())
     if not title:
-        raise InvalidRequest("Title is empty.", code="invalid")
+        raise InvalidRequest(TITLE_BLANK, param="title", code="invalid")
+    if len(title) > MAX_TITLE_CHARS:
+        raise InvalidRequest(TITLE_TOO_LONG, param="title", code="invalid")
     conversation.title = title
     conversation.title_is_custom = True
     conversation.save(update_fields=["title", "title_is_custom", "updated_at"])
@@ -76,6 +83,13 @@ def conversation_delete(*, conversation: Conversation) -> None:
     conversation.delete()
 
 
+def _check_chat_model(*, conversation: Conversation, model: str) -> None:
+    """Refuse an embedding model (task "embed"): it cannot write a reply. The forms refuse it first."""
+    embedding = {c.name for c in available_models(user_id=conversation.user_id) if c.task == "embed"}
+    if model and model in embedding:
+        raise InvalidRequest(EMBEDDING_REFUSAL.format(model=model), param="model", code="invalid")
+
+
 def conversation_update_settings(
     *,
     conversation: Conversation,
@@ -89,6 +103,7 @@ def conversation_update_settings(
     TEMPERATURE.check("Temperature", temperature)
     TOP_P.check("top_p", top_p)
     CHAT_REPLY_TOKENS.check("Max tokens", max_tokens)
+    _check_chat_model(conversation=conversation, model=(model or "").strip())
     conversation.system_prompt = system_prompt.strip()
     if model is not None:
         conversation.model = model.strip()
@@ -101,6 +116,7 @@ def conversation_update_settings(
 
 def conversation_set_model(*, conversation: Conversation, model: str) -> Conversation:
     """The model the chat's next reply uses ("" = the server's default); earlier replies keep theirs."""
+    _check_chat_model(conversation=conversation, model=model.strip())
     conversation.model = model.strip()[:200]
     # Picking a model is not activity: the chat keeps its place in the list.
     Conversation.objects.filter(pk=conversation.pk).update(model=conversation.model)

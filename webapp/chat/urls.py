@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.chat import views
+from webapp.chat import rename, views
 
 app_name = "chat"
 
@@ -10,7 +10,8 @@ urlpatterns = [
     path("list/", views.conversation_list, name="list"),
     path("import/", views.import_json, name="import"),
     path("<int:conversation_id>/", views.detail, name="detail"),
-    path("<int:conversation_id>/rename/", views.rename, name="rename"),
+    path("<int:conversation_id>/rename/", rename.rename, name="rename"),
+    path("<int:conversation_id>/item/", rename.list_entry, name="item"),
     path("<int:conversation_id>/delete/", views.delete, name="delete"),
     path("<int:conversation_id>/settings/", views.update_settings, name="settings"),
     path("<int:conversation_id>/model/", views.set_model, name="model"),

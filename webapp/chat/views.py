@@ -19,7 +19,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
 from webapp.chat import events, selectors, services, transfer
-from webapp.chat.forms import ImportForm, ModelForm, RenameForm, SettingsForm
+from webapp.chat.forms import ImportForm, ModelForm, SettingsForm
 from webapp.chat.models import Conversation
 from webapp.core.errors import InvalidRequest
 
@@ -50,7 +50,7 @@ def _settings_context(
     return {
         "conversation": conversation,
         "values": values,
-        "models": selectors.available_models(user_id=conversation.user_id),
+        "models": selectors.chat_models(user_id=conversation.user_id),
         "default_model": selectors.default_model_name(),
         "form": form,
         "saved": saved,
@@ -121,32 +121,6 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
-    form = RenameForm(request.POST)
-    error = ""
-    if form.is_valid():
-        try:
-            services.conversation_rename(conversation=conversation, title=form.cleaned_data["title"])
-        except InvalidRequest as exc:
-            error = exc.message
-    else:
-        error = " ".join(str(e) for e in form.errors["title"])
-    if not request.headers.get("HX-Request"):  # The form posted without its script: back to the page.
-        if error:
-            messages.error(request, error)
-        return redirect("chat:detail", conversation_id=conversation.pk)
-    if error:
-        # The field gets the stored title back, with the reason beside it.
-        context = {"conversation": conversation, "title_error": error}
-        return render(request, "chat/_title.html", context, status=400)
-    # Every tab open on the chat shows the new title at once (header, sidebar, window title).
-    async_to_sync(events.broadcast)(conversation.pk, events.title(conversation.title))
-    return render(request, "chat/_title.html", {"conversation": conversation, "oob_item": True})
-
-
-@login_required
-@require_POST
 def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
     detail_path = reverse("chat:detail", args=[conversation.pk])
@@ -168,7 +142,11 @@ def update_settings(request: HttpRequest, conversation_id: int) -> HttpResponse:
     if not form.is_valid():
         return render(request, "chat/_settings.html", _settings_context(conversation, form), status=400)
     model_before = conversation.model
-    services.conversation_update_settings(conversation=conversation, **form.cleaned_data)
+    try:
+        services.conversation_update_settings(conversation=conversation, **form.cleaned_data)
+    except InvalidRequest as exc:  # a model that became an embedding one since the form's check
+        form.add_error("model", exc.message)
+        return render(request, "chat/_settings.html", _settings_context(conversation, form), status=400)
     if conversation.model != model_before:  # The header's picker, in every tab, shows the new model.
         _broadcast_model(conversation)
     return render(request, "chat/_settings.html", _settings_context(conversation, saved=True))
@@ -183,7 +161,12 @@ def set_model(request: HttpRequest, conversation_id: int) -> HttpResponse:
     if not form.is_valid():
         error = " ".join(str(e) for e in form.errors["model"])
         return render(request, "chat/_model_picker.html", _picker_context(conversation, error), status=400)
-    services.conversation_set_model(conversation=conversation, model=form.cleaned_data["model"])
+    try:
+        services.conversation_set_model(conversation=conversation, model=form.cleaned_data["model"])
+    except InvalidRequest as exc:
+        return render(
+            request, "chat/_model_picker.html", _picker_context(conversation, exc.message), status=400
+        )
     return HttpResponse(_broadcast_model(conversation))
 
 

@@ -15,7 +15,7 @@ from webapp.console import registry
 from webapp.console.registry import engine_config_for, manager_options, manager_register, sync_manager
 from webapp.console.replication import ModelSync, announce, config_key, model_sync
 from webapp.core.engine_settings import drain_timeout, engine_settings_get
-from webapp.core.errors import Conflict, NotFound
+from webapp.core.errors import Conflict, InvalidRequest, NotFound
 from webapp.core.models import EngineSettings, ModelRegistration
 from webapp.serving.jobs import ProcessJob
 from webapp.serving.runtime import get_runtime
@@ -95,7 +95,12 @@ def apply_unload(*, name: str) -> ProcessJob:
 
 
 def model_set_default(*, name: str) -> None:
-    _require(name).set_default(name)
+    """Make `name` the model chats and API calls without a model use: a chat model, never an embedding one."""
+    manager = _require(name)
+    info = next(i for i in manager.list() if i.name == name)
+    if getattr(info, "task", "generate") == "embed":  # getattr: test doubles may lack it
+        raise InvalidRequest(f"{name} is an embedding model: the default model must be able to chat.")
+    manager.set_default(name)
     ModelRegistration.objects.update(is_default=Case(When(name=name, then=Value(True)), default=Value(False)))
     _announce()
 

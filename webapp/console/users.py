@@ -8,25 +8,50 @@ password, keys, limits and rights are the owners' to change, and only owners mak
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.contrib.auth.password_validation import validate_password
+from django.db import transaction
+
+from webapp.accounts.selectors import email_taken
+from webapp.accounts.usernames import new_username_problem, normalize
 
 
 class UserActionError(ValueError):
     """The change is refused (for instance an admin locking themselves out)."""
 
 
-def user_create(*, actor: User, username: str, password: str, is_staff: bool = False) -> User:
-    """A new account; an admin account only when an owner makes it (the same rule as promoting one)."""
+def user_create(
+    *,
+    actor: User,
+    username: str,
+    password: str,
+    is_staff: bool = False,
+    email: str = "",
+    groups: Iterable[Group] = (),
+) -> User:
+    """A new account, with its email and groups; an admin account only when an owner makes it (the same
+    rule as promoting one), and so, as console.groups has it, only an owner puts a new admin in groups."""
     if is_staff and not actor.is_superuser:
         raise UserActionError("only an owner can make admins")
+    username, email, groups = normalize(username), email.strip(), list(groups)
     if User.objects.filter(username__iexact=username).exists():
         raise UserActionError(f"a user named {username!r} already exists")
-    user = User(username=username, is_staff=is_staff)
+    problem = new_username_problem(username)
+    if problem:
+        raise UserActionError(problem)
+    if email_taken(email=email):
+        raise UserActionError(f"another account has the email {email!r}")
+    user = User(username=username, email=email, is_staff=is_staff)
+    # console.groups.member_refusal's rule (that module imports this one): the role's "limits" action.
+    if groups and action_refusal(actor=actor, user=user, action="limits"):
+        raise UserActionError(f"only an owner can choose the groups of another {role_of(user)}")
     validate_password(password, user)
     user.set_password(password)
-    user.save()
+    with transaction.atomic():
+        user.save()
+        user.groups.set(groups)
     return user
 
 

@@ -8,8 +8,8 @@ from django import forms
 from django.contrib.auth.models import User
 
 from webapp.preferences.models import MAX_BODY_CHARS, MAX_TITLE_CHARS
-from webapp.preferences.selectors import model_options
-from webapp.preferences.services import MAX_MODEL_CHARS, MAX_SYSTEM_PROMPT_CHARS
+from webapp.preferences.selectors import embedding_model_names, model_options
+from webapp.preferences.services import EMBEDDING_REFUSAL, MAX_MODEL_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from webapp.serving.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P
 
 
@@ -33,6 +33,8 @@ class DefaultsForm(forms.Form):
 
     def clean_model(self) -> str:
         model: str = self.cleaned_data["model"].strip()
+        if model and model in embedding_model_names(user=self.user):
+            raise forms.ValidationError(EMBEDDING_REFUSAL.format(model=model))
         known = {option.name for option in model_options(user=self.user)}
         if model and known and model not in known:
             raise forms.ValidationError("Unknown model: choose one from the list.")

@@ -61,16 +61,29 @@ def defaults_for(*, user: User, base: Defaults) -> Defaults:
     return dataclasses.replace(base, **{k: v for k, v in values.items() if k in names})
 
 
-def model_options(*, user: User | None = None) -> list[ModelOption]:
-    """Models the server knows (those `user` may use, when given), for the default-model choice; empty when
-    the engine is unavailable."""
+def _model_infos(user: User | None) -> list[Any]:
     try:
         infos = get_runtime().manager().list()
     except Exception:  # The settings page must render even when the engine failed to start.
         return []
     if user is not None:  # a model restricted to other groups is not named to this user
         infos = visible(viewer_for_user(user_id=user.pk), infos)
-    return [ModelOption(name=info.name, state=str(info.state)) for info in infos]
+    return list(infos)
+
+
+def model_options(*, user: User | None = None) -> list[ModelOption]:
+    """The chat models the server knows (those `user` may use, when given), for the default-model choice;
+    empty when the engine is unavailable. Embedding models (task "embed") are left out: they cannot chat."""
+    return [
+        ModelOption(name=info.name, state=str(info.state))
+        for info in _model_infos(user)
+        if info.task != "embed"
+    ]
+
+
+def embedding_model_names(*, user: User | None = None) -> set[str]:
+    """Models the default-model choice refuses with their own reason (a crafted form), not "unknown"."""
+    return {info.name for info in _model_infos(user) if info.task == "embed"}
 
 
 def default_model_name() -> str:

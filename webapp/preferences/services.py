@@ -13,11 +13,13 @@ from webapp.preferences.models import (
     SavedPrompt,
     UserDefaults,
 )
-from webapp.preferences.selectors import can_edit, own_prompt_count
+from webapp.preferences.selectors import can_edit, embedding_model_names, own_prompt_count
 from webapp.serving.sampling import CHAT_REPLY_TOKENS, TEMPERATURE, TOP_P, Range
 
 MAX_SYSTEM_PROMPT_CHARS = 32_000  # the chat's own settings form allows as much
 MAX_MODEL_CHARS = 200
+# An embedding model (task "embed") cannot chat: neither the form nor this service takes one.
+EMBEDDING_REFUSAL = "{model} is an embedding model: it cannot chat. Choose a chat model."
 
 
 def _check(limits: Range[float] | Range[int], name: str, value: float | None) -> None:
@@ -46,6 +48,8 @@ def defaults_update(
     model, system_prompt = model.strip(), system_prompt.strip()
     if len(model) > MAX_MODEL_CHARS:
         raise InvalidRequest("The model name is too long.", param="model", code="invalid")
+    if model and model in embedding_model_names(user=user):
+        raise InvalidRequest(EMBEDDING_REFUSAL.format(model=model), param="model", code="invalid")
     if len(system_prompt) > MAX_SYSTEM_PROMPT_CHARS:
         raise InvalidRequest(
             f"The system prompt is longer than {MAX_SYSTEM_PROMPT_CHARS} characters.",

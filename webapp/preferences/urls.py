@@ -1,11 +1,13 @@
 from django.urls import path
 
-from webapp.preferences import views
+from webapp.preferences import account_views, views
 
 app_name = "preferences"
 
 urlpatterns = [
     path("settings/", views.settings_page, name="settings"),
+    path("settings/account/email/", account_views.email_change, name="account-email"),
+    path("settings/account/password/", account_views.password_change, name="account-password"),
     path("settings/defaults/", views.defaults_save, name="defaults"),
     path("settings/defaults/reset/", views.defaults_reset, name="defaults-reset"),
     path("prompts/", views.prompt_create, name="prompt-create"),

@@ -1,4 +1,4 @@
-"""The settings page (defaults for new chats, the prompt library) and the composer's prompt list.
+"""The settings page (account, defaults for new chats, the prompt library) and the composer's prompt list.
 
 Thin: forms validate, services act, selectors read. Plain forms that redirect after a save, so every
 action works without scripts; a rejected form comes back with its errors by the fields and a 400.
@@ -12,10 +12,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.forms import Form
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from webapp.accounts.forms import password_rules
 from webapp.accounts.quotas import quota_lines
 from webapp.accounts.selectors import usage_daily_for_user
 from webapp.core.errors import MooncakeError
@@ -26,7 +28,7 @@ from webapp.preferences.models import MAX_BODY_CHARS, MAX_PROMPTS_PER_USER, MAX_
 DEFAULT_FIELDS = ("model", "system_prompt", "temperature", "top_p", "max_tokens")
 
 
-def _user(request: HttpRequest) -> User:
+def user_of(request: HttpRequest) -> User:
     """The logged-in user (every view is behind login_required)."""
     user = request.user
     if not isinstance(user, User):
@@ -45,14 +47,17 @@ def _defaults_values(user: User, form: DefaultsForm | None) -> dict[str, Any]:
     }
 
 
-def _settings_page(
+def settings_page_response(
     request: HttpRequest,
     *,
     defaults_form: DefaultsForm | None = None,
     prompt_form: PromptForm | None = None,
+    email_form: Form | None = None,
+    password_form: Form | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    user = _user(request)
+    """The settings page; a rejected form (any one) comes back with what was typed and its errors."""
+    user = user_of(request)
     models = selectors.model_options(user=user)
     prompts = [(p, selectors.can_edit(user=user, prompt=p)) for p in selectors.visible_prompts(user=user)]
     context = {
@@ -71,11 +76,17 @@ def _settings_page(
         "max_body": MAX_BODY_CHARS,
         "quotas": quota_lines(user_id=user.pk),
         "usage": usage_daily_for_user(user=user)[:14],
+        # Settings, Account (account_views): a password field never comes back filled in.
+        "email_form": email_form,
+        "email_value": email_form.data.get("email", "") if email_form is not None else user.email,
+        "password_form": password_form,
+        "has_password": user.has_usable_password(),
+        "password_rules": password_rules(),
     }
     return render(request, "preferences/settings.html", context, status=status)
 
 
-def _add_service_error(form: DefaultsForm | PromptForm, exc: MooncakeError) -> None:
+def add_service_error(form: Form, exc: MooncakeError) -> None:
     # A service's refusal lands by its field when it names one the form has.
     form.add_error(exc.param if exc.param in form.fields else None, exc.message)
 
@@ -83,28 +94,28 @@ def _add_service_error(form: DefaultsForm | PromptForm, exc: MooncakeError) -> N
 @login_required
 @require_GET
 def settings_page(request: HttpRequest) -> HttpResponse:
-    return _settings_page(request)
+    return settings_page_response(request)
 
 
 @login_required
 @require_POST
 def defaults_save(request: HttpRequest) -> HttpResponse:
-    form = DefaultsForm(request.POST, user=_user(request))
+    form = DefaultsForm(request.POST, user=user_of(request))
     if form.is_valid():
         try:
-            services.defaults_update(user=_user(request), **form.cleaned_data)
+            services.defaults_update(user=user_of(request), **form.cleaned_data)
         except MooncakeError as exc:
-            _add_service_error(form, exc)
+            add_service_error(form, exc)
         else:
             messages.success(request, "Defaults saved: new chats start with them.")
             return redirect("preferences:settings")
-    return _settings_page(request, defaults_form=form, status=400)
+    return settings_page_response(request, defaults_form=form, status=400)
 
 
 @login_required
 @require_POST
 def defaults_reset(request: HttpRequest) -> HttpResponse:
-    services.defaults_reset(user=_user(request))
+    services.defaults_reset(user=user_of(request))
     messages.success(request, "Defaults reset: new chats use the server's defaults.")
     return redirect("preferences:settings")
 
@@ -112,19 +123,19 @@ def defaults_reset(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def prompt_create(request: HttpRequest) -> HttpResponse:
-    user = _user(request)
+    user = user_of(request)
     form = PromptForm(request.POST, can_share=user.is_staff)
     if form.is_valid():
         try:
             prompt = services.prompt_create(user=user, **form.cleaned_data)
         except MooncakeError as exc:
-            _add_service_error(form, exc)
+            add_service_error(form, exc)
         else:
             messages.success(
                 request, f"Prompt “{prompt.title}” saved: type / in a chat's message box to use it."
             )
             return redirect("preferences:settings")
-    return _settings_page(request, prompt_form=form, status=400)
+    return settings_page_response(request, prompt_form=form, status=400)
 
 
 def _edit_page(
@@ -139,7 +150,7 @@ def _edit_page(
         "prompt": prompt,
         "form": form,
         "values": values,
-        "can_share": _user(request).is_staff,
+        "can_share": user_of(request).is_staff,
         "max_title": MAX_TITLE_CHARS,
         "max_body": MAX_BODY_CHARS,
     }
@@ -148,13 +159,13 @@ def _edit_page(
 
 def _forbidden(request: HttpRequest, exc: MooncakeError) -> HttpResponse:
     messages.error(request, exc.message)
-    return _settings_page(request, status=exc.status)
+    return settings_page_response(request, status=exc.status)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def prompt_edit(request: HttpRequest, prompt_id: int) -> HttpResponse:
-    user = _user(request)
+    user = user_of(request)
     try:
         prompt = selectors.prompt_for_edit(user=user, prompt_id=prompt_id)
     except MooncakeError as exc:
@@ -166,7 +177,7 @@ def prompt_edit(request: HttpRequest, prompt_id: int) -> HttpResponse:
         try:
             services.prompt_update(user=user, prompt=prompt, **form.cleaned_data)
         except MooncakeError as exc:
-            _add_service_error(form, exc)
+            add_service_error(form, exc)
         else:
             messages.success(request, f"Prompt “{prompt.title}” saved.")
             return redirect("preferences:settings")
@@ -176,7 +187,7 @@ def prompt_edit(request: HttpRequest, prompt_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def prompt_delete(request: HttpRequest, prompt_id: int) -> HttpResponse:
-    user = _user(request)
+    user = user_of(request)
     try:
         prompt = selectors.prompt_for_edit(user=user, prompt_id=prompt_id)
         title = prompt.title
@@ -191,5 +202,5 @@ def prompt_delete(request: HttpRequest, prompt_id: int) -> HttpResponse:
 @require_GET
 def prompt_library(request: HttpRequest) -> JsonResponse:
     """The composer's "/" list: the user's prompts and shared ones, bounded."""
-    items, truncated = selectors.prompt_library(user=_user(request))
+    items, truncated = selectors.prompt_library(user=user_of(request))
     return JsonResponse({"prompts": items, "truncated": truncated})

@@ -13,13 +13,22 @@ from tests.webapp.chat.test_browser import log_in, send, wait_idle
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 PASSWORD = "prefs-e2e-password-1"
+ACCOUNT, NEW_PASSWORD = "prefs-account", "prefs-e2e-new-passphrase-2"
 CHAT_URL = re.compile(r"/chat/(\d+)/$")
 
 
 @pytest.fixture(scope="module")
 def server(daphne_server: LiveDaphne) -> LiveDaphne:
-    for name in ("prefs-defaults", "prefs-prompts", "prefs-keys", "prefs-stop"):
+    for name in ("prefs-defaults", "prefs-prompts", "prefs-keys", "prefs-stop", ACCOUNT):
         daphne_server.create_user(name, PASSWORD)
+    # A chat with a message, so it is in the list to be renamed there (no model reply needed).
+    daphne_server.shell(
+        "from django.contrib.auth.models import User\n"
+        "from webapp.chat.models import Conversation, Message\n"
+        f"owner = User.objects.get(username={ACCOUNT!r})\n"
+        "chat = Conversation.objects.create(user=owner, title='Untitled guess')\n"
+        "Message.objects.create(conversation=chat, role='user', content='plan a trip to Lisbon')\n"
+    )
     return daphne_server
 
 
@@ -225,3 +234,63 @@ def test_stop_and_copy_by_keyboard(browser: Any, server: LiveDaphne) -> None:
     copied = page.evaluate("navigator.clipboard.readText()")
     assert copied and copied == last.locator(".msg-raw").input_value()
     page.context.close()
+
+
+def test_change_password_then_rename_a_chat(browser: Any, server: LiveDaphne) -> None:
+    """Settings, Account: a new password logs the other browser out and keeps this one in; then the chat
+    list's Rename fixes a title in place, and it lasts."""
+    elsewhere = login(browser, server, ACCOUNT)  # another device, signed in before the change
+    page = login(browser, server, ACCOUNT)
+    page.goto(server.url + "/settings/#account")
+    page.fill("#acc-current", "not-my-password")
+    page.fill("#acc-new1", NEW_PASSWORD)
+    page.fill("#acc-new2", NEW_PASSWORD)
+    page.click("#password-form [type=submit]")
+    page.wait_for_selector("#acc-current-error")
+    assert "not right" in page.inner_text("#acc-current-error")
+    assert page.evaluate("document.activeElement.id") == "acc-current"
+    assert page.input_value("#acc-new1") == ""  # a password never comes back filled in
+
+    page.fill("#acc-current", PASSWORD)
+    page.fill("#acc-new1", NEW_PASSWORD)
+    page.fill("#acc-new2", NEW_PASSWORD)
+    page.click("#password-form [type=submit]")
+    page.wait_for_selector(".toasts >> text=Password changed")
+    elsewhere.goto(server.url + "/settings/")
+    elsewhere.wait_for_url(re.compile(r"/login/"))
+    elsewhere.context.close()
+
+    # Still signed in here: rename the chat from its ⋯ menu in the list.
+    page.goto(server.url + "/chat/")
+    page.wait_for_selector("#chat[data-connected=true]")
+    entry = page.locator("#conv-list .conv-item", has=page.locator(".conv-title", has_text="Untitled guess"))
+    entry.hover()
+    entry.locator(".conv-menu-button").click()
+    entry.locator(".org-rename").click()
+    field = page.locator("#conv-list .conv-rename-input")
+    field.wait_for()
+    assert page.evaluate("document.activeElement.classList.contains('conv-rename-input')")
+    # Esc puts the entry back untouched.
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#conv-list .conv-title >> text=Untitled guess")
+    assert page.locator("#conv-list .conv-rename-input").count() == 0
+
+    entry.hover()
+    entry.locator(".conv-menu-button").click()
+    entry.locator(".org-rename").click()
+    field.wait_for()
+    field.fill("   ")
+    field.press("Enter")
+    page.wait_for_selector("#conv-list .conv-rename-error >> text=cannot be blank")
+    field.fill("Lisbon trip")
+    field.press("Enter")
+    page.wait_for_selector("#conv-list .conv-title >> text=Lisbon trip")
+    assert page.locator("#conv-list .conv-rename-input").count() == 0
+    page.reload()
+    page.wait_for_selector("#conv-list .conv-title >> text=Lisbon trip")
+    assert page.locator("#conv-list .conv-title", has_text="Untitled guess").count() == 0
+    page.context.close()
+
+    # The new password is the one that logs in now.
+    login_page = log_in(browser, server, username=ACCOUNT, password=NEW_PASSWORD)
+    login_page.context.close()

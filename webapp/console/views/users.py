@@ -39,13 +39,16 @@ def users_page(request: HttpRequest) -> HttpResponse:
                 username=data["username"],
                 password=data["password"],
                 is_staff=data["is_staff"],
+                email=data["email"],
+                groups=data.get("groups") or (),  # no field when there are no groups
             )
         except (user_services.UserActionError, ValidationError) as exc:
             form.add_error(None, exc.messages if isinstance(exc, ValidationError) else str(exc))
         else:
+            groups = sorted(user.groups.values_list("name", flat=True))
             audit_record(
                 actor=request.user, action="user.create", target=user.username,
-                after={"is_staff": user.is_staff},
+                after={"is_staff": user.is_staff, "email": user.email, "groups": groups},
             )  # fmt: skip
             messages.success(request, f"Created {user.username}.")
             return redirect("console:user", pk=user.pk)
@@ -75,6 +78,7 @@ def render_user_page(
             for action in user_services.ACTIONS
         },
         "role": user_services.role_of(user),
+        "groups": user.groups.order_by("name"),
         "own_account": actor.pk == user.pk,
         "keys": [
             (key, LimitsForm(initial=_limits(key), prefix=f"k{key.pk}"), usage_daily_for_key(api_key=key)[:7])
