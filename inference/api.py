@@ -24,6 +24,7 @@ from inference.config import (
 )
 from inference.config_groups import (
     ATTENTION_BACKENDS,
+    CPU_ISAS,
     DEFAULT_MAX_QUEUE_LEN,
     DEVICES,
     DTYPES,
@@ -31,6 +32,7 @@ from inference.config_groups import (
     QUANTIZATIONS,
     TASKS,
     CacheConfig,
+    CpuKernelConfig,
     ModelConfig,
     RemoteSettings,
     SchedulerConfig,
@@ -234,6 +236,7 @@ class ModelManagerClient(Protocol):
 
 __all__ = [
     "ATTENTION_BACKENDS",
+    "CPU_ISAS",
     "DEFAULT_MAX_QUEUE_LEN",
     "DEVICES",
     "DTYPES",
@@ -258,6 +261,7 @@ __all__ = [
     "TASKS",
     "CacheConfig",
     "CompletionOutput",
+    "CpuKernelConfig",
     "EmbeddingClient",
     "EngineClient",
     "EngineConfig",

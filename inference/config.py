@@ -137,6 +137,7 @@ class EngineConfig:
     # (the blocks' register batch path is several times slower than oneDNN's); on AVX2: dense fp32 instead.
     gguf_dense_copy: bool | None = None
     kernel_compiler: str = "c++"  # compiles that kernel when it was not built at install time
+    cpu_isa: str = "auto"  # the most the CPU kernels may use (CPU_ISAS): "avx512" without AMX, "avx2", "none"
     # Folders a model source must really (symlinks followed) lie in at load; None: anywhere. "default"
     # (the bundled model) is always allowed.
     model_roots: tuple[str, ...] | None = None
@@ -278,6 +279,7 @@ class EngineConfig:
             self.gguf_dense_copy,
             self.kernel_compiler,
             self.cache_dir,
+            self.cpu_isa,
         )
 
     def cache_config(self) -> CacheConfig:

@@ -21,6 +21,10 @@ QUANTIZATION_ALIASES = {"gguf": "int4"}  # old value -> its name now
 # How K-quant decoding rows meet a GGUF's blocks: activations to 14 or 8 bits per 256 values (integer dot
 # products; int8 is llama.cpp's numerics), or bf16 (the exact product of the dequantized weights).
 KQUANT_ACTIVATIONS = ("int16", "int8", "bf16")
+# The most a CPU's native kernels may use: "auto" all it has (AMX tiles, AVX512-BF16, AVX2), "avx512" no AMX
+# tiles (the Zen 4 / Ice Lake path, forced on an AMX CPU), "avx2" the AVX2 path (dtype auto is fp32), "none"
+# no native kernels at all (torch's own ops, as on a CPU without AVX2).
+CPU_ISAS = ("auto", "avx512", "avx2", "none")
 
 # What a model is served for: "generate" (chat and completions) or "embed" (/v1/embeddings, run by our
 # embedding front-end, inference.frontends.embedding, so only with engine type native).
@@ -106,9 +110,13 @@ class CpuKernelConfig:
     gguf_dense_copy: bool | None = None
     kernel_compiler: str = "c++"  # compiles a kernel that was not built at install time
     cache_dir: str | None = None  # where compiled kernels (and converted GGUFs) live; None: ./var/cache
+    cpu_isa: str = "auto"  # CPU_ISAS: the most the native kernels may use
 
     def __post_init__(self) -> None:
         check_choice("kquant_activations", self.kquant_activations, KQUANT_ACTIVATIONS)
+        check_choice("cpu_isa", self.cpu_isa, CPU_ISAS)
+        if self.gguf_amx_decode and self.cpu_isa != "auto":
+            raise ValueError(f"gguf_amx_decode needs AMX tiles, which cpu_isa {self.cpu_isa!r} leaves out")
         if self.gguf_dense_copy not in (None, True, False):
             raise ValueError(
                 f"gguf_dense_copy must be true, false or null (auto), got {self.gguf_dense_copy!r}"

@@ -19,6 +19,7 @@ ENGINE_ENV = {
     "kquant_activations": "MOONCAKE_KQUANT_ACTIVATIONS",
     "gguf_dense_copy": "MOONCAKE_GGUF_DENSE_COPY",
     "kernel_compiler": "CXX",
+    "cpu_isa": "MOONCAKE_CPU_ISA",
 }
 # The variables' names before the settings were renamed, still read (the new name wins where both are set).
 ENGINE_ENV_ALIASES = {"MOONCAKE_Q4_DECODE": "gguf_kernels", "MOONCAKE_Q4_AMX": "gguf_amx_decode"}

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inference.api import EngineConfig
+from inference.api import CpuKernelConfig, EngineConfig
 from inference.manager.native_path import native_path
 from webapp.core.hub_models import cached, parse_hub_id, patterns_for
 from webapp.core.modelpaths import check_source
@@ -23,21 +23,22 @@ logger = logging.getLogger(__name__)
 def native_path_label(config: EngineConfig) -> str:
     """One line; never raises (what it cannot find out, it says it does not know)."""
     try:
-        device = device_facts(config.device) if config.engine_type == "native" else None
+        native = config.engine_type == "native"
+        device = device_facts(config.device, config.cpu_kernels()) if native else None
         return native_path(model_files(config), config, device).label
     except Exception as exc:  # a line of a report: say why it is missing rather than fail the page
         logger.debug("Native path of %s not known", config.model, exc_info=True)
         return f"not known ({type(exc).__name__}: {exc})"
 
 
-@lru_cache(maxsize=4)
-def device_facts(device: str) -> DeviceFacts | None:
+@lru_cache(maxsize=8)
+def device_facts(device: str, kernels: CpuKernelConfig) -> DeviceFacts | None:
     """What EngineConfig.device resolves to here (imports torch): the kind and the CPU's kernels, which do
     not change while the process runs. None where it cannot be probed."""
     from inference.manager.footprint import probe_device
 
     try:
-        return probe_device(device)
+        return probe_device(device, kernels)
     except Exception:
         logger.warning("Could not probe device %r", device, exc_info=True)
         return None

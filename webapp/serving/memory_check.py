@@ -60,7 +60,8 @@ def plan_listed(
         except Exception:
             logger.warning("Could not read the size of %s; not planned", listed.name, exc_info=True)
             continue
-        device = device or probe_device(config.device)
+        # Each model's own CPU-kernel settings (cpu_isa among them); the checks run once per process.
+        device = probe_device(config.device, config.cpu_kernels())
         footprint = estimate(listed.name, listed.key, config, shape, device)
         refusal = load_refusal(config, shape, footprint)
         if refusal is not None:  # the load would refuse it: said here first, and the model is not planned

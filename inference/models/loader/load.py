@@ -115,7 +115,6 @@ def load(cfg: LoadConfig) -> LoadedModel:
     model_cls = get_model_class(architecture)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     torch_device = resolve_device(cfg.device)
-    torch_dtype = resolve_dtype(cfg.dtype, torch_device)
     if cfg.quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {cfg.quantization!r}")
     setup = plan_linears(
@@ -127,6 +126,8 @@ def load(cfg: LoadConfig) -> LoadedModel:
         num_heads=hf_config.num_attention_heads,
         num_kv_heads=getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads,
     )
+    # The plan's dtype ("auto" resolved as the kernels' facts say: cpu_isa may take bf16 away).
+    torch_dtype = resolve_dtype(setup.weights.dtype, torch_device)
     kernel, blocks = setup.plan.kernel, setup.blocks
 
     with torch.device("meta"):

@@ -35,6 +35,19 @@ class CpuFacts:
     avx2_blocks: bool = False  # the AVX2 GGUF block kernels passed theirs
     onednn_packing: bool = False  # oneDNN's prepacked bf16 linears equal F.linear here
 
+    @property
+    def path(self) -> str:
+        """The CPU path these facts give, as the load logs it and docs/design/cpu-paths.md names it."""
+        if self.kind != "cpu":
+            return self.kind
+        if self.amx_tiles:
+            return "AMX tiles and AVX512-BF16"
+        if self.avx512_blocks:
+            return "AVX512-BF16 without AMX tiles"
+        if self.avx2_blocks:
+            return "AVX2, fp32"
+        return f"no native kernels ({'bf16' if self.auto_dtype == 'bfloat16' else 'fp32'} through torch)"
+
 
 @dataclass(frozen=True, slots=True)
 class WeightPlan:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from inference.config_groups import CpuKernelConfig
+from inference.device import resolve_dtype
 from inference.models.architectures.decoder import DecoderForCausalLM
 from inference.models.gguf.reader import GGUFFile
 from inference.models.layers.linear import Linear
@@ -58,7 +59,10 @@ def file_types(path: Path) -> frozenset[str] | None:
 
 
 def cpu_facts(device: torch.device, kernels: CpuKernelConfig) -> CpuFacts:
-    return probe_cpu(kernels) if device.type == "cpu" else CpuFacts(kind=device.type, auto_dtype="bfloat16")
+    if device.type == "cpu":
+        return probe_cpu(kernels)
+    auto = resolve_dtype("auto", device)
+    return CpuFacts(kind=device.type, auto_dtype=str(auto).removeprefix("torch."))
 
 
 def plan_linears(
@@ -72,8 +76,9 @@ def plan_linears(
     num_kv_heads: int,
 ) -> LinearSetup:
     """`dtype` as configured ("auto" allowed): the same inputs `mooncake check` plans with."""
+    cpu = cpu_facts(device, kernels)
     weights = plan_weights(
-        cpu=cpu_facts(device, kernels),
+        cpu=cpu,
         dtype=dtype,
         quantization=quantization,
         kernels=kernels,
@@ -85,7 +90,11 @@ def plan_linears(
     kernel: BlockKernel | None = None
     if weights.blocks == "avx512":  # the handle probe_cpu checked (one per process and setting)
         kernel = load_kernel(
-            cache, amx=kernels.gguf_amx_decode, activations=kernels.kquant_activations, compiler=compiler
+            cache,
+            amx=kernels.gguf_amx_decode,
+            activations=kernels.kquant_activations,
+            compiler=compiler,
+            tiles=kernels.cpu_isa == "auto",
         )
     elif weights.blocks == "avx2":
         kernel = load_avx2_kernel(cache, activations=kernels.kquant_activations, compiler=compiler)
@@ -97,6 +106,7 @@ def plan_linears(
         dense_copy=weights.dense_copy,
         embedding_blocks=weights.embedding_lookup,
     )
+    logger.info("CPU path: %s; weights: %s", cpu.path, weights.label)
     blocks = None
     if path.is_file() and (plan.int4 or kernel is not None):
         blocks = read_blocks(path, num_heads=num_heads, num_kv_heads=num_kv_heads)

@@ -53,18 +53,20 @@ class Avx512Kernel:
     amx: bool
     max_rows: int  # 16 on either path
     activations: str = "bf16"  # K-quant decoding rows: one of KQUANT_ACTIVATIONS
+    tiles: bool = True  # AMX tiles may be used at all (False: cpu_isa "avx512", registers only)
 
     def linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """x [..., in] bf16 with at most max_rows rows (decoding) -> [..., out] bf16."""
         # The integer paths' tiles (from kIntegerTileRows rows, on AMX-INT8) give the registers' bits, so
         # K-quant rows may take them whatever gguf_amx_decode says; Q4/Q8_0 rows follow it.
         integer = isinstance(weight, KQuantWeight) and self.activations != "bf16"
-        return _linear(x, weight, bias, amx=self.amx or integer, batch=False, activations=self.activations)
+        amx = (self.amx or integer) and self.tiles
+        return _linear(x, weight, bias, amx=amx, batch=False, activations=self.activations)
 
     def batch_linear(self, x: torch.Tensor, weight: BlockWeight, bias: torch.Tensor | None) -> torch.Tensor:
         """Any number of rows (prompt chunks, large batches) -> [..., out] bf16: AMX tiles wherever the CPU
         has them, whatever `amx` says (every prompt row takes one path), else registers."""
-        return _linear(x, weight, bias, amx=True, batch=True, activations="bf16")
+        return _linear(x, weight, bias, amx=self.tiles, batch=True, activations="bf16")
 
 
 def _linear(
@@ -87,7 +89,12 @@ def _linear(
 
 
 def load_kernel(
-    cache_dir: Path, *, amx: bool = True, activations: str = "bf16", compiler: str = "c++"
+    cache_dir: Path,
+    *,
+    amx: bool = True,
+    activations: str = "bf16",
+    compiler: str = "c++",
+    tiles: bool = True,
 ) -> Avx512Kernel | None:
     """The kernel, built into `cache_dir` if needed, loaded and checked once per process and setting;
     None (and a log line) wherever it cannot or must not run here."""
@@ -95,8 +102,8 @@ def load_kernel(
         logger.info("AVX512 GGUF block kernels off: this CPU lacks AVX512-BF16 or AVX512-VNNI")
         return None
     return checked_kernel(
-        ("avx512-blocks", amx, activations),
-        lambda: Avx512Kernel(amx, int(torch.ops.mooncake_avx512.max_rows(amx)), activations),
+        ("avx512-blocks", amx and tiles, activations, tiles),
+        lambda: Avx512Kernel(amx and tiles, int(torch.ops.mooncake_avx512.max_rows(amx)), activations, tiles),
         _agrees_with_dense,
         what="AVX512 GGUF block kernels",
         fallback="small batches use the dense bf16 weights",

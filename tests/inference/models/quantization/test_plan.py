@@ -3,17 +3,19 @@ memory plan and the console's label all take."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 
 import inference.models.quantization.amx_tiles as amx_tiles
-from inference import EngineConfig
+from inference import EngineConfig, device
 from inference.config_groups import CpuKernelConfig
 from inference.manager.footprint import estimate, probe_device, read_shape
 from inference.manager.native_path import native_path
-from inference.models.kernels.build import cpu_supported
+from inference.models.kernels import build
+from inference.models.kernels.build import avx2_supported, cpu_supported
 from inference.models.kernels.library import forget_checks
 from inference.models.loader.load import load_model
 from inference.models.loader.source import default_gguf_path
@@ -25,6 +27,8 @@ from inference.models.quantization.plan import (
     CpuFacts,
     plan_weights,
 )
+from inference.models.quantization.probe import probe_cpu
+from inference.models.quantization.setup import plan_linears
 
 AVX512 = CpuFacts(auto_dtype="bfloat16", avx512_blocks=True, onednn_packing=True)
 AMX = CpuFacts(auto_dtype="bfloat16", avx512_blocks=True, amx_tiles=True, onednn_packing=True)
@@ -114,3 +118,62 @@ def test_old_setting_names_still_work() -> None:
     assert kernels == CpuKernelConfig(gguf_kernels=False, kquant_activations="int8")
     with pytest.raises(ValueError, match="kquant_activations"):
         EngineConfig(kquant_activations="int4")
+
+
+def test_cpu_isa_is_checked_where_it_is_set() -> None:
+    with pytest.raises(ValueError, match="cpu_isa"):
+        EngineConfig(cpu_isa="neon")
+    with pytest.raises(ValueError, match="gguf_amx_decode needs AMX tiles"):
+        EngineConfig(cpu_isa="avx512", gguf_amx_decode=True)
+    assert EngineConfig.from_dict({"cpu_isa": "avx2"}).cpu_kernels().cpu_isa == "avx2"
+
+
+@pytest.mark.skipif(not (cpu_supported() and avx2_supported()), reason="needs a CPU with AVX512-BF16")
+def test_a_smaller_cpus_path_can_be_forced(test_cache_dir: Path) -> None:
+    """cpu_isa caps what the probe offers the plan: the AVX2 path (fp32, its own kernels) and the path of an
+    AVX-512 CPU without AMX run on a larger CPU, to be measured there."""
+    avx2 = probe_cpu(CpuKernelConfig(cache_dir=str(test_cache_dir), cpu_isa="avx2"))
+    assert (avx2.auto_dtype, avx2.avx2_blocks, avx2.avx512_blocks, avx2.amx_tiles) == (
+        "float32",
+        True,
+        False,
+        False,
+    )
+    assert avx2.path == "AVX2, fp32"
+    avx512 = probe_cpu(CpuKernelConfig(cache_dir=str(test_cache_dir), cpu_isa="avx512"))
+    assert avx512.avx512_blocks and not avx512.amx_tiles and avx512.path == "AVX512-BF16 without AMX tiles"
+    none = probe_cpu(CpuKernelConfig(cache_dir=str(test_cache_dir), cpu_isa="none"))
+    assert not (none.avx512_blocks or none.avx2_blocks or none.amx_tiles)
+    assert none.path == "no native kernels (bf16 through torch)"
+    forced = plan_weights(
+        cpu=avx2,
+        dtype="auto",
+        quantization="none",
+        kernels=CpuKernelConfig(cpu_isa="avx2"),
+        file_types=KQUANT_FILE,
+    )
+    assert forced.blocks == "avx2" and forced.dtype == "float32"
+
+
+def test_a_cpu_without_native_kernels_runs_dense_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, test_cache_dir: Path
+) -> None:
+    """What an ARM CPU (or an x86 one without AVX2) gets: dense fp32 through torch, named at load."""
+    monkeypatch.setattr(device, "fast_bf16_cpu", lambda: False)
+    monkeypatch.setattr(build, "cpu_supported", lambda: False)
+    monkeypatch.setattr(build, "avx2_supported", lambda: False)
+    kernels = CpuKernelConfig(cache_dir=str(test_cache_dir))
+    facts = probe_cpu(kernels)
+    assert facts == CpuFacts(auto_dtype="float32") and facts.path == "no native kernels (fp32 through torch)"
+    with caplog.at_level(logging.INFO, logger="inference.models.quantization.setup"):
+        setup = plan_linears(
+            default_gguf_path(),
+            device=torch.device("cpu"),
+            dtype="auto",
+            quantization="none",
+            kernels=kernels,
+            num_heads=9,
+            num_kv_heads=3,
+        )
+    assert setup.weights.label == "fp32 dense" and setup.plan.kernel is None and setup.blocks is None
+    assert "CPU path: no native kernels (fp32 through torch); weights: fp32 dense" in caplog.text

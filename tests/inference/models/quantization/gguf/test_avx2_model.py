@@ -105,3 +105,15 @@ def test_float32_by_name_or_a_file_without_k_quants_keeps_the_dense_weights(
     loaded = load_model(str(default_gguf_path()), dtype=dtype, device="cpu", cache_dir=test_cache_dir)
     linears = [m for m in loaded.model.modules() if isinstance(m, Linear)]
     assert linears and all(isinstance(m.method, DenseMethod) for m in linears)
+
+
+def test_cpu_isa_avx2_takes_this_path_on_any_cpu_with_avx2(test_cache_dir: Path) -> None:
+    """No stand-in here: the setting itself caps the kernels, as a user measuring this path on a larger
+    CPU would set it."""
+    loaded = load_model(
+        "default", device="cpu", cache_dir=test_cache_dir, gguf_dense_copy=False, cpu_isa="avx2"
+    )
+    assert loaded.dtype == torch.float32 and not loaded.avx512_kernels
+    methods = [m.method for m in loaded.model.modules() if isinstance(m, Linear)]
+    assert len(methods) == 30 * 4
+    assert all(isinstance(m, GGUFBlocksMethod) and isinstance(m.kernel, Avx2Kernel) for m in methods)
