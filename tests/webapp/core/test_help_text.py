@@ -24,6 +24,7 @@ def test_backticks_become_code() -> None:
     assert help_html("An odd ` stays") == "An odd ` stays"
 
 
+@pytest.mark.django_db  # the user form lists the groups there are
 def test_no_help_text_shows_raw_backticks() -> None:
     for form in (RegisterLocalForm(), UserCreateForm()):
         html = HELP.render({"form": form})
@@ -37,6 +38,7 @@ def test_tuning_help_has_no_raw_backticks() -> None:
     assert "`" not in HELP.render({"form": TuningForm()})
 
 
+@pytest.mark.django_db  # the user form lists the groups there are
 def test_password_help_states_the_rules() -> None:
     help_text = UserCreateForm()["password"].help_text
     assert "validator" not in help_text.lower()
@@ -52,11 +54,13 @@ def test_password_help_states_the_rules() -> None:
         }
     ]
 )
+@pytest.mark.django_db  # the user form lists the groups there are
 def test_password_help_follows_the_configured_validators() -> None:
     help_text = UserCreateForm()["password"].help_text
     assert "at least 14 characters" in help_text and "numeric" not in help_text
 
 
 @override_settings(AUTH_PASSWORD_VALIDATORS=[])
+@pytest.mark.django_db  # the user form lists the groups there are
 def test_password_help_without_validators() -> None:
     assert UserCreateForm()["password"].help_text == "Any password is accepted."
