@@ -1,9 +1,8 @@
 """The engine's contract with the web layer: configuration, requests, outputs, errors, reports, Protocols.
 
-Web code imports engine names from here only. Nothing here imports torch, directly or through the
-modules it re-exports, so Django, management commands and Celery workers load without it; the modules
-that do need torch (AsyncEngine, ModelManager) are built by the web app's composition root alone
-(webapp/serving/engine.py). tests/inference/test_api_contract.py holds both rules.
+Web code imports engine names from here only. Nothing here imports torch, directly or through what it
+re-exports, so Django, commands and Celery workers load without it; what needs torch (AsyncEngine,
+ModelManager) is built by webapp/serving/engine.py alone. tests/inference/test_api_contract.py holds both.
 """
 
 from __future__ import annotations

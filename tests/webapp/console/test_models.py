@@ -311,7 +311,7 @@ def test_each_row_says_whether_the_model_runs_natively_and_how(
     from tests.inference.arch_files import CPU_BF16, gguf_file, hf_dir
     from webapp.core import native_paths
 
-    monkeypatch.setattr(native_paths, "device_facts", lambda device: CPU_BF16)  # not this machine's CPU
+    monkeypatch.setattr(native_paths, "device_facts", lambda device, kernels: CPU_BF16)  # not this CPU
     register(staff_client, model_root, "tiny")  # a LlamaForCausalLM folder
     for name, path in (
         ("neox", hf_dir(model_root / "neox", "GPTNeoXForCausalLM")),

@@ -90,7 +90,7 @@ def test_each_model_says_whether_it_runs_natively_and_how(
 ) -> None:
     from tests.inference.arch_files import CPU_BF16, gguf_file, hf_dir
 
-    monkeypatch.setattr(native_paths, "device_facts", lambda device: CPU_BF16)  # not this machine's CPU
+    monkeypatch.setattr(native_paths, "device_facts", lambda device, kernels: CPU_BF16)  # not this CPU
     llama = hf_dir(tmp_path / "llama", "LlamaForCausalLM")
     neox = hf_dir(tmp_path / "neox", "GPTNeoXForCausalLM")
     q4 = gguf_file(tmp_path / "q4.gguf", kind=GGMLQuantizationType.Q4_0)
