@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, cast
 
 from django import forms
@@ -13,7 +12,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from inference.api import EngineConfig
 from webapp.accounts.models import RequestLog
-from webapp.console.paths import ModelPathError, confine_model_path
+from webapp.console.paths import ModelPathError, model_source
 from webapp.core.engine_settings import ENGINE_FIELDS
 from webapp.core.models import (
     ATTENTION_BACKEND_CHOICES,
@@ -47,7 +46,8 @@ class RegisterLocalForm(forms.Form):
     name = forms.CharField(max_length=100, help_text=help_html("What API clients pass as `model`."))
     path = forms.CharField(
         max_length=1000,
-        help_text="A model folder or .gguf file under an allowed root (relative: from the first root).",
+        help_text="A model folder or .gguf file under an allowed root (relative: from the first root), "
+        "or a bundled model: default (chat) or default-embedding.",
     )
     aliases = forms.CharField(required=False, help_text="Other names for it, separated by commas.")
     task = ModelRegistration._meta.get_field("task").formfield(required=False)  # empty: generate
@@ -58,9 +58,9 @@ class RegisterLocalForm(forms.Form):
     def clean_name(self) -> str:
         return _model_name(self.cleaned_data["name"].strip())
 
-    def clean_path(self) -> Path:
+    def clean_path(self) -> str:
         try:
-            return confine_model_path(self.cleaned_data["path"])
+            return model_source(self.cleaned_data["path"])
         except ModelPathError as exc:
             raise forms.ValidationError(str(exc)) from exc
 

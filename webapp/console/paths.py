@@ -6,7 +6,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from webapp.core.modelpaths import check_source
+from webapp.core.modelpaths import BUNDLED_SOURCES, check_source
 
 
 class ModelPathError(ValueError):
@@ -15,6 +15,21 @@ class ModelPathError(ValueError):
 
 def allowed_roots() -> list[Path]:
     return [Path(root).resolve() for root in settings.MODEL_ROOTS]
+
+
+def model_source(raw: str, *, roots: list[Path] | None = None) -> str:
+    """The source to register for `raw`: a bundled model's id as it is, else the confined path.
+
+    The ids mean what they mean in mooncake.yaml (the engine resolves them, never under a root), so they
+    are checked as `mooncake check` checks the yaml's rather than looked for on disk.
+    """
+    text = raw.strip()
+    if text in BUNDLED_SOURCES:
+        problem = check_source(text).problem
+        if problem:
+            raise ModelPathError(problem)
+        return text
+    return str(confine_model_path(raw, roots=roots))
 
 
 def confine_model_path(raw: str, *, roots: list[Path] | None = None) -> Path:

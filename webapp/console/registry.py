@@ -72,12 +72,17 @@ def sync_manager() -> ModelManagerClient:
     rows = {row.name: row for row in ModelRegistration.objects.all()}
     if _rename_to_served_names(known, rows):
         rows = {row.name: row for row in ModelRegistration.objects.all()}
+    _drop_unconfigured(known, rows)
     for name, row in rows.items():
         if name not in known:
             try:
                 manager_register(manager, row, tuning)
-            except ValueError:
-                logger.exception("Could not register %s from the console's table", name)
+            except ValueError as exc:
+                _report_once(name, str(exc))
+            else:
+                _reported.pop(name, None)
+    for name in _reported.keys() - rows.keys():  # deleted since: a new row of that name is reported anew
+        del _reported[name]
     for name, info in known.items():
         if name not in rows:
             ModelRegistration.objects.get_or_create(
@@ -90,6 +95,29 @@ def sync_manager() -> ModelManagerClient:
                 },
             )
     return manager
+
+
+# What registering each row last failed with, so that a lasting clash (a console model's alias that the
+# yaml's model now has) is logged once rather than at every sync pass (every few seconds).
+_reported: dict[str, str] = {}
+
+
+def _report_once(name: str, problem: str) -> None:
+    if _reported.get(name) != problem:
+        _reported[name] = problem
+        logger.error("%s is not served: %s; rename it or delete it on the models page", name, problem)
+
+
+def _drop_unconfigured(known: dict[str, ModelInfo], rows: dict[str, ModelRegistration]) -> None:
+    """Delete (from `rows` too) the records of yaml models that mooncake.yaml no longer lists: the yaml is
+    their only registration, so such a row could only fail to register (its old alias, "default" say,
+    now another model's) and offer a Load button for a model nobody serves."""
+    for name, row in list(rows.items()):
+        if row.builtin and name not in known and find_listed(settings.MOONCAKE, name) is None:
+            logger.info("Dropping the console's record of %s: mooncake.yaml no longer lists it", name)
+            ModelRegistration.objects.filter(pk=row.pk, builtin=True).delete()
+            del rows[name]
+            restrictions_changed()
 
 
 def _rename_to_served_names(known: dict[str, ModelInfo], rows: dict[str, ModelRegistration]) -> bool:

@@ -11,6 +11,8 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The bundled embedding model (inference.frontends.embedding.bundled): extracted at its first load.
 DEFAULT_EMBEDDING_SOURCE = "default-embedding"
 EMBEDDING_PACKAGE = "all_minilm_l6_v2"
+# The ids that name a bundled model rather than a path, wherever a source is given (yaml or console).
+BUNDLED_SOURCES = ("default", DEFAULT_EMBEDDING_SOURCE)
 
 
 @dataclass(frozen=True, slots=True)
