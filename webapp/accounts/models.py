@@ -60,6 +60,8 @@ class GroupPolicy(models.Model):
     tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
     max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
     daily_token_quota = models.PositiveBigIntegerField(null=True, blank=True)
+    # Members may make their own API keys even while the site-wide switch (SiteSettings) is off.
+    api_keys_allowed = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"policy of {self.group}"

@@ -22,6 +22,8 @@ from webapp.core.models import ModelRegistration
 from webapp.serving.model_access import restrictions_changed
 
 POLICY_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "daily_token_quota")
+# What the group page's policy form edits: the limits, plus what is not a limit.
+POLICY_FORM_FIELDS = (*POLICY_FIELDS, "description", "api_keys_allowed")
 
 
 class GroupActionError(ValueError):
@@ -131,12 +133,12 @@ def policy_set(*, actor: User, group: Group, values: dict[str, Any]) -> tuple[di
     """Set the group's limits and quota (None: none); returns the values before and after."""
     _ensure(group_refusal(actor=actor, group=group))
     policy = policy_of(group)
-    before = {name: getattr(policy, name) for name in (*POLICY_FIELDS, "description")}
-    for name in (*POLICY_FIELDS, "description"):
+    before = {name: getattr(policy, name) for name in POLICY_FORM_FIELDS}
+    for name in POLICY_FORM_FIELDS:
         if name in values:
             setattr(policy, name, values[name])
     policy.save()
-    return before, {name: getattr(policy, name) for name in (*POLICY_FIELDS, "description")}
+    return before, {name: getattr(policy, name) for name in POLICY_FORM_FIELDS}
 
 
 def model_access_set(*, registration: ModelRegistration, groups: list[Group]) -> list[str]:

@@ -36,6 +36,11 @@ class GroupPolicyForm(forms.Form):
         max_value=10**15,
         help_text="Prompt plus generated tokens of all members per UTC day. " + _NONE,
     )
+    api_keys_allowed = forms.BooleanField(
+        required=False,
+        label="Members may create their own API keys",
+        help_text="Even while the Site page's switch is off.",
+    )
 
 
 class ModelAccessForm(forms.Form):
@@ -96,3 +101,9 @@ class SiteSettingsForm(forms.Form):
         help_text="Shown atop every page to every signed-in user until they dismiss it. Empty: none.",
     )
     banner_level = forms.ChoiceField(choices=[("info", "information"), ("warning", "warning")], label="Kind")
+    user_api_keys = forms.BooleanField(
+        required=False,
+        label="Users may create their own API keys",
+        help_text="In their Settings, shown once, revocable. Off: only admins issue keys (a group's policy "
+        "can still allow its members).",
+    )

@@ -46,7 +46,7 @@ class ModelRegistration(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     aliases = models.JSONField(default=list, blank=True)
-    # "default" (the bundled model) or an absolute, resolved path under settings.MODEL_ROOTS.
+    # A bundled model's id ("default", "default-embedding") or an absolute, resolved path under MODEL_ROOTS.
     source = models.CharField(max_length=1000)
     # Registered by the server from mooncake.yaml rather than by an admin.
     builtin = models.BooleanField(default=False)
@@ -130,6 +130,8 @@ class SiteSettings(models.Model):
     banner_level = models.CharField(max_length=8, choices=BannerLevel.choices, default=BannerLevel.INFO)
     # Raised whenever the banner changes, so a banner dismissed before shows again once it says something new.
     banner_revision = models.PositiveIntegerField(default=0)
+    # Off: only admins issue API keys (console); on: everyone may make and revoke their own in Settings.
+    user_api_keys = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

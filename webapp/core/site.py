@@ -18,7 +18,7 @@ def site_settings() -> SiteSettings:
 
 
 def site_settings_update(
-    *, default_system_prompt: str, banner_text: str, banner_level: str
+    *, default_system_prompt: str, banner_text: str, banner_level: str, user_api_keys: bool = False
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Save the settings; a changed banner gets a new revision, so those who dismissed the old one see it.
     Returns the values before and after, for the audit log."""
@@ -29,6 +29,7 @@ def site_settings_update(
     row.banner_text, row.banner_level = banner_text.strip(), banner_level
     if banner_changed:
         row.banner_revision += 1
+    row.user_api_keys = user_api_keys
     row.save()
     return before, _snapshot(row)
 
@@ -39,6 +40,7 @@ def _snapshot(row: SiteSettings) -> dict[str, object]:
         "banner_text": row.banner_text,
         "banner_level": row.banner_level,
         "banner_revision": row.banner_revision,
+        "user_api_keys": row.user_api_keys,
     }
 
 

@@ -15,9 +15,11 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.forms import Form
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.accounts.forms import password_rules
+from webapp.accounts.own_keys import keys_section
 from webapp.accounts.quotas import quota_lines
 from webapp.accounts.selectors import usage_daily_for_user
 from webapp.core.errors import MooncakeError
@@ -54,6 +56,8 @@ def settings_page_response(
     prompt_form: PromptForm | None = None,
     email_form: Form | None = None,
     password_form: Form | None = None,
+    new_secret: str | None = None,
+    key_error: str | None = None,
     status: int = 200,
 ) -> HttpResponse:
     """The settings page; a rejected form (any one) comes back with what was typed and its errors."""
@@ -82,8 +86,15 @@ def settings_page_response(
         "password_form": password_form,
         "has_password": user.has_usable_password(),
         "password_rules": password_rules(),
+        # Settings, API keys (key_views): a new secret is in this response only, never stored in clear.
+        "api_keys": keys_section(user=user),
+        "new_secret": new_secret,
+        "key_error": key_error,
     }
-    return render(request, "preferences/settings.html", context, status=status)
+    response = render(request, "preferences/settings.html", context, status=status)
+    if new_secret:
+        add_never_cache_headers(response)  # no cache, shared or the browser's, may keep the secret
+    return response
 
 
 def add_service_error(form: Form, exc: MooncakeError) -> None:

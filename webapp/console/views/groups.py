@@ -49,7 +49,7 @@ def groups_page(request: HttpRequest) -> HttpResponse:
 
 def _render_group(request: HttpRequest, group: Group, status: int = 200, **forms: object) -> HttpResponse:
     policy = group_services.policy_of(group)
-    initial = {name: getattr(policy, name) for name in (*group_services.POLICY_FIELDS, "description")}
+    initial = {name: getattr(policy, name) for name in group_services.POLICY_FORM_FIELDS}
     actor = actor_of(request)
     # Only what the server would carry out (console.groups): no Remove beside another admin or owner, and
     # no limits or Delete on their group, for an admin who is no owner.

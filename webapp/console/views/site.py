@@ -21,6 +21,7 @@ def site_page(request: HttpRequest) -> HttpResponse:
         "default_system_prompt": row.default_system_prompt,
         "banner_text": row.banner_text,
         "banner_level": row.banner_level,
+        "user_api_keys": row.user_api_keys,
     }
     form = SiteSettingsForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
