@@ -44,7 +44,7 @@ def plan_listed(
 
     footprints: list[Footprint] = []
     refused: dict[str, str] = {}
-    device: DeviceFacts | None = None
+    device: DeviceFacts | None = None  # the first model's: one reading of the RAM for the whole plan
     for listed in listed_models(mooncake):
         if names is not None and listed.name not in names:
             continue
@@ -61,8 +61,9 @@ def plan_listed(
             logger.warning("Could not read the size of %s; not planned", listed.name, exc_info=True)
             continue
         # Each model's own CPU-kernel settings (cpu_isa among them); the checks run once per process.
-        device = probe_device(config.device, config.cpu_kernels())
-        footprint = estimate(listed.name, listed.key, config, shape, device)
+        facts = probe_device(config.device, config.cpu_kernels())
+        device = device or facts
+        footprint = estimate(listed.name, listed.key, config, shape, facts)
         refusal = load_refusal(config, shape, footprint)
         if refusal is not None:  # the load would refuse it: said here first, and the model is not planned
             refused[listed.name] = f"{listed.name}: {refusal}"
