@@ -167,9 +167,15 @@ def test_bombs_past_the_unpack_bounds_hold_a_thread_each_and_a_stop_ends_them(
             "failed",
             f"Failed: The server stopped while reading {name}; upload it again.",
         )
-    assert mallory.state(second)[0] == "queued"  # never begun: the next worker reads it
     assert reading_processes(daphne_server.data_dir) == []
-    with celery_worker(daphne_server, "bombs-restarted", {}):
+    # Mallory's second bomb may start in the moment her first is killed, before the stop reaches its
+    # thread: then it too is an interrupted document, failed with that reason. Never begun, it waits.
+    state, said = mallory.state(second)
+    if state == "failed":
+        assert said == "Failed: The server stopped while reading two.pdf; upload it again."
+        return
+    assert state == "queued"
+    with celery_worker(daphne_server, "bombs-restarted", {}):  # the next worker reads it
         state, said, _ = mallory.wait(second, ("ready", "failed"), READY_WITHIN_S)
         assert state == "failed" and "unpacks to more than 100 times its size" in said
 
