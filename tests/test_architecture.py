@@ -404,31 +404,22 @@ def test_the_gguf_format_loads_no_torch() -> None:
     assert not bad, "inference.models.gguf imports torch at module level:\n" + "\n".join(bad)
 
 
-HEADER_READERS = (
-    "inference.models.gguf.reader",
-    "inference.models.registry",
-    "inference.models.quantization.plan",
-    "inference.manager.native_path",
-    "inference.manager.footprint",
+@pytest.mark.parametrize(
+    "module",
+    [
+        "inference.models.gguf.reader",
+        "inference.models.registry",
+        "inference.models.quantization.plan",
+        "inference.manager.native_path",
+        "inference.manager.footprint",
+    ],
 )
-
-
-def test_header_readers_and_the_plan_import_no_torch() -> None:
-    """In a fresh interpreter, one at a time: the first that brings torch in is named."""
+def test_header_readers_and_the_plan_import_no_torch(module: str) -> None:
     import subprocess
     import sys
 
-    code = (
-        "import importlib, sys\n"
-        f"for name in {HEADER_READERS!r}:\n"
-        "    importlib.import_module(name)\n"
-        "    if 'torch' in sys.modules:\n"
-        "        sys.exit(name + ' imports torch')\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
+    code = f"import sys, {module}; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0, module
 
 
 def test_the_manager_keeps_no_gguf_type_tables() -> None:

@@ -25,6 +25,8 @@ from inference.models.layers.kv_budget import (
 from inference.models.quantization.plan import BLOCK_TYPES, INT4_TYPES, CpuFacts, WeightPlan, plan_weights
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+CPU_KV_CAP_BYTES = DEFAULT_CPU_KV_BYTES
+CPU_KV_RAM_FRACTION = DEFAULT_CPU_RAM_FRACTION
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +180,7 @@ def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, devic
         return replace(base, ceiling_bytes=ceiling, fills_ceiling=True)
     if explicit is not None:
         return replace(base, kv_bytes=explicit, kv_sequences=0)
-    cap = min(DEFAULT_CPU_KV_BYTES, int(device.total_bytes * DEFAULT_CPU_RAM_FRACTION))
+    cap = min(CPU_KV_CAP_BYTES, int(device.total_bytes * CPU_KV_RAM_FRACTION))
     kv = min(cap, config.max_num_seqs * one_request)
     return replace(base, kv_bytes=kv, kv_sequences=config.max_num_seqs)
 

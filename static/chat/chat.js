@@ -122,7 +122,22 @@
     return true;
   }
 
-  const copy = window.copyText;  // js/clipboard.js
+  function copy(text, button) {
+    const done = function () {
+      button.textContent = "Copied";
+      setTimeout(function () { button.textContent = "Copy"; }, 1200);
+    };
+    const fallback = function () {  // Plain-http deployments have no Clipboard API.
+      const area = document.createElement("textarea");
+      area.value = text; document.body.appendChild(area); area.select();
+      document.execCommand("copy"); area.remove(); done();
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, fallback);
+    } else {
+      fallback();
+    }
+  }
 
   function startEdit(article) {
     if (article.querySelector(".edit-box")) { return; }

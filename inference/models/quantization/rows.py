@@ -19,15 +19,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
+from torch import nn
 
-from inference.models.architectures.decoder import DecoderForCausalLM
 from inference.models.quantization.gguf.fused_layers import FusedDecode
 from inference.models.quantization.gguf.method import blocks_for_small_batches
 
 
-def fused_decode(model: DecoderForCausalLM, device: torch.device) -> FusedDecode | None:
+def fused_decode(model: nn.Module, device: torch.device) -> FusedDecode | None:
     """The fused decode stack for `model` (its KV cache bound), or None where any layer cannot take it."""
-    return FusedDecode.build(model) if device.type == "cpu" else None
+    return FusedDecode.build(model) if device.type == "cpu" else None  # type: ignore[arg-type]
 
 
 def decoding_rows_fused(fused: FusedDecode | None, decoding: Sequence[bool]) -> bool:
