@@ -38,6 +38,7 @@ help:
 	@echo "make test-postgres   only the database-dependent tests, on a throwaway PostgreSQL"
 	@echo "make test-replicas   only the replica tests (two Daphnes behind nginx, PostgreSQL, Redis, Celery)"
 	@echo "make lint   ruff and mypy"
+	@echo "make docs-reference   regenerate docs/configuration/reference.md from the code"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -104,6 +105,12 @@ services:
 	else \
 		echo "warning:$$missing missing and cannot be installed without root and apt-get; PostgreSQL/Redis tests will be skipped"; \
 	fi
+
+# The configuration reference is generated from the code; tests/tools/test_config_reference.py fails while
+# the committed page is stale.
+.PHONY: docs-reference
+docs-reference: install
+	$(BIN)/python -m tools.config_reference
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,5 +1,6 @@
 """Expert-parallel dispatch, simulated on routing traces: how even the experts' work is across devices and
-how many bytes the all-to-all moves, per step, for a placement of the experts (docs/expert-parallel.md).
+how many bytes the all-to-all moves, per step, for a placement of the experts
+(docs/design/expert-parallel.md).
 
     python -m bench.ep_sim                     # OLMoE-1B-7B and Qwen3-30B-A3B shapes, synthetic traces
     python -m bench.ep_sim --trace FILE.npz    # replay a recorded trace (format: bench/ep_trace.py)

@@ -1,4 +1,6 @@
-"""Values from mooncake.yaml and the environment (strings there) as EngineConfig's typed fields."""
+"""Values from mooncake.yaml and the environment (strings there) as EngineConfig's typed fields, and the
+field declaration that carries each setting's description (docs/configuration/reference.md is made from it).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +8,20 @@ import os
 import shlex
 import types
 import typing
+from dataclasses import field
 from typing import Any
 
 from inference.speculative_config import SpeculativeConfig
+
+# Field metadata keys: the one-line description users read, and the values a string setting may take.
+DOC = "doc"
+CHOICES = "choices"
+
+
+def setting(default: Any, doc: str, *, choices: tuple[str, ...] = (), secret: bool = False) -> Any:
+    """A dataclass field with its description, kept beside the field rather than in a table that drifts
+    from it; a secret is left out of the dataclass's repr."""
+    return field(default=default, repr=not secret, metadata={DOC: doc, CHOICES: choices})
 
 
 def coerce(name: str, value: Any, hint: Any) -> Any:

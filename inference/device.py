@@ -34,8 +34,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """ "auto" is bf16 on Ampere+ GPUs and on CPUs with AMX or AVX512-BF16, fp16 on older GPUs, else fp32.
 
     On CPU, bf16 is what the hardware multiplies natively: it halves the weight stream that bounds decode
-    and runs the linears 2.7-3.8x faster than fp32 (bench/NOTES.md). Set float32 for outputs that match an
-    fp32 reference token for token.
+    and runs the linears 2.7-3.8x faster than fp32 (docs/design/determinism.md). Set float32 for outputs
+    that match an fp32 reference token for token.
     """
     if dtype == "auto":
         if device.type != "cuda":

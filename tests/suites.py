@@ -49,6 +49,8 @@ def steps(workers: int) -> list[Step]:
     return [
         Step("ruff", "lint", [str(BIN / "ruff"), "check", "."], beside="unit"),
         Step("mypy", "types", [str(BIN / "mypy"), "inference", "webapp", "tools"], beside="unit"),
+        # Every link and anchor of docs/ resolves, every page is in the nav (tests/build_docs.py).
+        Step("docs", "mkdocs build --strict", [sys.executable, "-m", "tests.build_docs"], beside="unit"),
         Step("unit", f"no server, {workers} workers", _pytest("-m", f"not ({LIVE})", *parallel)),
         Step(
             "live",

@@ -1,6 +1,7 @@
 """docker/: the image's entry point migrates before it serves (skipped where compose migrates once), its
 health check waits out a first model download, and a plain-HTTP trial of the compose file works with the
-one variable the README names. No Docker here: the entry point script runs directly, the files are parsed."""
+one variable docs/getting-started/docker.md names. No Docker here: the entry point script runs directly,
+the files are parsed."""
 
 from __future__ import annotations
 
@@ -152,7 +153,7 @@ def _production_settings(data: Path, **extra: str) -> dict[str, Any]:
 
 
 def test_one_variable_makes_a_plain_http_trial(tmp_path: Path) -> None:
-    """SECURE_SSL_REDIRECT=0 (what the README and compose.yaml say to set without TLS) also drops the
+    """SECURE_SSL_REDIRECT=0 (what the Docker page and compose.yaml say to set without TLS) also drops the
     cookies' Secure flag: a browser does not keep a Secure cookie from plain HTTP (but on localhost), so
     the login form's CSRF check would fail. TLS stays the default, and each cookie can still be forced."""
     keys = ("SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE")
@@ -166,8 +167,8 @@ def test_one_variable_makes_a_plain_http_trial(tmp_path: Path) -> None:
     }
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))
     assert compose["x-app"]["environment"]["SECURE_SSL_REDIRECT"] == "${SECURE_SSL_REDIRECT:-1}"
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    assert re.search(r"\nSECURE_SSL_REDIRECT=0 .*docker compose -f docker/compose.yaml up", readme)
+    docker_page = (REPO_ROOT / "docs" / "getting-started" / "docker.md").read_text(encoding="utf-8")
+    assert re.search(r"\nSECURE_SSL_REDIRECT=0 .*docker compose -f docker/compose.yaml up", docker_page)
 
 
 def test_a_plain_http_trial_serves_the_login_without_secure_cookies(

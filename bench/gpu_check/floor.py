@@ -2,8 +2,8 @@
 
 A decode step must read every weight once (the input embedding only for its rows) and the KV cache of every
 sequence it attends to; at the device's bandwidth that is its floor, however fast the kernels are. The
-bandwidth is a copy ceiling (bytes read + written per second): 4.3 TB/s measured on the H200 (bench/NOTES.md),
-`--bandwidth-gbs` to override; on a CPU it is measured here with a quick `copy_`.
+bandwidth is a copy ceiling (bytes read + written per second): 4.3 TB/s measured on the H200
+(docs/design/gpu-path.md), `--bandwidth-gbs` to override; on a CPU it is measured here with a quick `copy_`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def bandwidth(device: str, override_gbs: float | None) -> tuple[float, str]:
     if override_gbs:
         return override_gbs * 1e9, "--bandwidth-gbs"
     if device.startswith("cuda"):
-        return H200_COPY_BYTES_PER_S, "H200 copy ceiling from bench/NOTES.md"
+        return H200_COPY_BYTES_PER_S, "H200 copy ceiling from docs/design/gpu-path.md"
     return cpu_copy_bandwidth(), "copy_ measured here"
 
 

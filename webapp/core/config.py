@@ -35,28 +35,52 @@ YAML_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 class ServerSettings(BaseModel):
-    """Every server-wide setting, validated together."""
+    """Every server-wide setting, validated together; each description is its line in the configuration
+    reference (tools/config_reference.py)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-    data_dir: Path
-    cache_dir: Path
-    model_roots: tuple[Path, ...]
-    config_file: Path | None
-    host: str
-    port: int = Field(gt=0, lt=65536)
-    autoload: bool
-    api_auth: Literal["required", "off"]
-    drain_timeout: float = Field(ge=0)
-    memory_budget_bytes: int = Field(ge=0)
-    api_request_timeout: float = Field(gt=0)
-    api_requests_per_minute: int = Field(ge=0)
-    api_tokens_per_minute: int = Field(ge=0)
-    api_max_concurrent: int = Field(ge=0)
-    api_log_prompts: bool
-    chat_rate_limit_per_minute: int = Field(gt=0)
-    chat_max_sockets_per_user: int = Field(gt=0)
-    chat_reply_lease_seconds: float = Field(ge=3, le=3600)
-    replica_name: str = Field(max_length=200)
+    data_dir: Path = Field(description="The database, Celery's folders, the cache and uploaded models")
+    cache_dir: Path = Field(description="Converted GGUFs and compiled CPU kernels (each model's cache_dir)")
+    model_roots: tuple[Path, ...] = Field(
+        description="Folders (os.pathsep-separated) the console's models must lie in; the first takes uploads"
+    )
+    config_file: Path | None = Field(
+        description="The mooncake.yaml to read; unset: ./mooncake.yaml, else the checkout's"
+    )
+    host: str = Field(description="The address `mooncake serve` listens on (0.0.0.0: every interface)")
+    port: int = Field(gt=0, lt=65536, description="The port `mooncake serve` listens on")
+    autoload: bool = Field(
+        description="At start, run the start-up tasks (the models folder, console state, model sync, idle "
+        "unloads) and load the configured models, in the background; off, the server only answers requests"
+    )
+    api_auth: Literal["required", "off"] = Field(description="Whether /v1 needs an API key")
+    drain_timeout: float = Field(
+        ge=0, description="Seconds a stop, unload or restart lets running generations finish"
+    )
+    memory_budget_bytes: int = Field(ge=0, description="Memory all loaded models may take; 0: no budget")
+    api_request_timeout: float = Field(
+        gt=0, description="Seconds an API request may generate before it is cut off (finish_reason length)"
+    )
+    api_requests_per_minute: int = Field(
+        ge=0, description="Fallback requests per minute for keys and users without their own; 0: unlimited"
+    )
+    api_tokens_per_minute: int = Field(
+        ge=0, description="Fallback tokens per minute for keys and users without their own; 0: unlimited"
+    )
+    api_max_concurrent: int = Field(
+        ge=0, description="Fallback concurrent requests for keys and users without their own; 0: unlimited"
+    )
+    api_log_prompts: bool = Field(description="Keep prompt text in the API request log")
+    chat_rate_limit_per_minute: int = Field(gt=0, description="Chat messages a user may send per minute")
+    chat_max_sockets_per_user: int = Field(
+        gt=0, description="Chat sockets (open chat tabs) one user may hold per server process"
+    )
+    chat_reply_lease_seconds: float = Field(
+        ge=3, le=3600, description="Seconds a dead replica's chat reply reads as running, then interrupted"
+    )
+    replica_name: str = Field(
+        max_length=200, description="This replica's name on the console's pages; empty: the host name"
+    )
 
     @field_validator("api_auth", mode="before")
     @classmethod
@@ -73,6 +97,13 @@ class Spec:
     yaml: str | None = None  # "section.key"
 
 
+# The settings that say where data lives and which file to read: from the environment only (_path_sources).
+PATH_ENV = {
+    "data_dir": "MOONCAKE_DATA",
+    "cache_dir": "MOONCAKE_CACHE_DIR",
+    "model_roots": "MOONCAKE_MODEL_ROOTS",
+    "config_file": "MOONCAKE_CONFIG",
+}
 SPECS: dict[str, Spec] = {
     "host": Spec("127.0.0.1", yaml="server.host"),
     "port": Spec(8000, yaml="server.port"),
@@ -92,6 +123,8 @@ SPECS: dict[str, Spec] = {
     "replica_name": Spec("", env="MOONCAKE_REPLICA_NAME"),
 }
 
+# Where local use's defaults differ (webapp.settings.local: one machine, one user, so the API is open).
+LOCAL_DEFAULTS: dict[str, Any] = {"api_auth": "off"}
 # Where the production settings' defaults differ: a server facing many users gets fallback API limits
 # (per key, and per user over all their keys); local use keeps SPECS' 0, unlimited. 0 in the variable
 # still means unlimited, for an operator who wants that.
@@ -183,14 +216,15 @@ def _path(raw: str) -> Path:
 def _path_sources(env: Mapping[str, str], base_dir: Path, cwd: Path, discover: bool) -> dict[str, Sourced]:
     """Where data lives and which file to read: environment or derived defaults, never the file."""
 
-    def pick(var: str, default: Any, parse: Any = _path) -> Sourced:
+    def pick(name: str, default: Any, parse: Any = _path) -> Sourced:
+        var = PATH_ENV[name]
         if var in env:
             return Sourced(value=parse(env[var]), source="env", origin=var)
         return Sourced(value=default, source="default")
 
-    data = pick("MOONCAKE_DATA", base_dir / "var")
+    data = pick("data_dir", base_dir / "var")
     roots = pick(
-        "MOONCAKE_MODEL_ROOTS",
+        "model_roots",
         (_path(str(data.value / "models")),),
         lambda raw: tuple(_path(p.strip()) for p in raw.split(os.pathsep) if p.strip()),
     )
@@ -199,9 +233,9 @@ def _path_sources(env: Mapping[str, str], base_dir: Path, cwd: Path, discover: b
     found = next((p for p in candidates if p.is_file()), None)
     return {
         "data_dir": data,
-        "cache_dir": pick("MOONCAKE_CACHE_DIR", data.value / "cache"),
+        "cache_dir": pick("cache_dir", data.value / "cache"),
         "model_roots": roots,
-        "config_file": pick("MOONCAKE_CONFIG", found),
+        "config_file": pick("config_file", found),
     }
 
 

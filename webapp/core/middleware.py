@@ -14,7 +14,11 @@ from webapp.core.selectors import ausers_exist, users_exist
 # The OpenAI-compatible API's paths (served by webapp.core.api_asgi's lean handler).
 API_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
 # Machine endpoints and assets never redirect: probes, scrapers and API clients expect their own answers.
-EXEMPT_PREFIXES = ("/setup/", "/static/", "/health", "/version", "/metrics", *API_PREFIXES)
+# Nor does the documentation: it says how to set up.
+EXEMPT_PREFIXES = (
+    *("/setup/", "/static/", "/favicon.ico", "/health", "/version", "/metrics", "/docs/"),
+    *API_PREFIXES,
+)
 
 
 def _needs_check(request: HttpRequest) -> bool:

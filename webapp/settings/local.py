@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from webapp.core.config import resolve_settings
+from webapp.core.config import LOCAL_DEFAULTS, resolve_settings
 from webapp.settings.base import *  # noqa: F403
 from webapp.settings.base import ALLOWED_HOSTS, DATA_DIR, SECRET_KEY
 from webapp.settings.env import env_bool
@@ -17,7 +17,7 @@ from webapp.settings.env import env_bool
 DEBUG = env_bool("DEBUG", True)
 ALLOWED_HOSTS = ALLOWED_HOSTS or ["127.0.0.1", "localhost", "[::1]"]
 # One machine, one user: the API is open unless MOONCAKE_API_AUTH says otherwise.
-MOONCAKE_SETTINGS = resolve_settings(defaults={"api_auth": "off"})
+MOONCAKE_SETTINGS = resolve_settings(defaults=LOCAL_DEFAULTS)
 MOONCAKE_API_AUTH = MOONCAKE_SETTINGS.server.api_auth
 
 

@@ -6,7 +6,7 @@ depended on how many rows shared its call: a prompt's logits changed with how it
 identical requests could get different answers. Our tile kernel computes every output element from zero
 through the same tile multiply-adds over K in the same order, so each row gets the same bits at any batch
 size; `load_tiles` checks that, and closeness to an fp32 product, before any model uses it. It is also no
-slower than oneDNN here (bench/NOTES.md, session 13). CPUs without AMX keep oneDNN, whose AVX512-BF16
+slower than oneDNN here (docs/design/determinism.md). CPUs without AMX keep oneDNN, whose AVX512-BF16
 kernels are row-invariant already (measured, and checked by the tests).
 """
 

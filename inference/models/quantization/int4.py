@@ -4,7 +4,8 @@ torch's CPU int4 kernel computes x @ W^T with W = (level - 8) * scale + zero per
 columns. A Q4_1 block (d * level + m) is that with scale = d and zero = m + 8d; a Q4_0 block
 (d * (level - 8)) with zero = 0. The kernel holds scale and zero in bf16, so W differs from the GGUF's
 values by bf16 rounding, as the bf16 dequantized weights do. A decode step then reads 4.5 bits per weight
-instead of 16: the batch-1 weight stream of the default model is about 3x shorter (bench/NOTES.md).
+instead of 16: the batch-1 weight stream of the default model is about 3x shorter
+(docs/design/gguf-blocks.md).
 """
 
 from __future__ import annotations

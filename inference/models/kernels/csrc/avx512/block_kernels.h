@@ -150,7 +150,7 @@ void dot_all(const uint8_t* levels, const uint16_t* dm, const uint16_t* xp, floa
 // in L1), and each row's levels read 8 block pairs at a time: one row took 1.7x the register path's time
 // through the head when a single buffer was filled and loaded for every block pair, 1.2x this way (two
 // groups of weight rows with two accumulator chains, or expanding a chunk ahead of the products, measured no
-// better: bench/NOTES.md, session 13). No element's sum changes: each accumulates from zero over the same
+// better: docs/design/determinism.md). No element's sum changes: each accumulates from zero over the same
 // block pairs in the same order.
 inline constexpr int64_t kChunkPairs = 8;
 
@@ -247,14 +247,14 @@ template <class Fmt>
 void multiply(const uint16_t* xs, const uint8_t* q, const uint16_t* s, float* ys, int64_t rows, int64_t k,
               int64_t n, bool amx) {
   // Every row count takes the same path (amx_tiles.h), so a row's bits never depend on how many rows share its
-  // call. Tiles cost 1.2-2.3x the registers' time at one row and 0.35-0.46x at 16 (bench/NOTES.md, session
-  // 13): which path is the caller's choice (EngineConfig.q4_amx, off by default).
+  // call. Tiles cost 1.2-2.3x the registers' time at one row and 0.35-0.46x at 16
+  // (docs/design/determinism.md): which path is the caller's choice (EngineConfig.q4_amx, off by default).
   if (amx && amx_available()) {
     amx_all<Fmt>(xs, q, s, ys, rows, k, n);
     return;
   }
-  // Groups of 8 rows share each expanded block pair (16 in one group measured slower: bench/NOTES.md); a
-  // rest of 5-7 goes as 4 and the remainder.
+  // Groups of 8 rows share each expanded block pair (16 in one group measured slower:
+  // docs/design/gguf-blocks.md); a rest of 5-7 goes as 4 and the remainder.
   for (int64_t done = 0; done < rows;) {
     const int64_t left = rows - done;
     const int64_t group = left >= 8 ? 8 : (left > 4 ? 4 : left);

@@ -3,10 +3,10 @@
 // or Q8_0 through the bf16 kernels, K-quants through the integer ones, as the module path reads each.
 //
 // At batch 1 a step is about 8 ms of weight reads and, through Python and the dispatcher, about 6 ms more
-// of per-operator overhead over 30 layers x ~25 ops (bench/NOTES.md). Here the whole layer stack is plain
-// loops around the same Q4 kernels, with the same bf16 rounding points as the module path: RMSNorm in fp32
-// rounded to bf16 before the weight; every projection, the rotary products and sums, the residual adds,
-// SiLU and the gate product rounded to bf16. Attention reads K/V in place through the block tables and
+// of per-operator overhead over 30 layers x ~25 ops (docs/design/fused-decode.md). Here the whole layer stack
+// is plain loops around the same Q4 kernels, with the same bf16 rounding points as the module path: RMSNorm
+// in fp32 rounded to bf16 before the weight; every projection, the rotary products and sums, the residual
+// adds, SiLU and the gate product rounded to bf16. Attention reads K/V in place through the block tables and
 // accumulates in fp32, as CPU SDPA does for bf16 (only the summation order differs).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

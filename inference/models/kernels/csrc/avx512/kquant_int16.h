@@ -10,7 +10,7 @@
 // the bundled model requantized to Q4_K_M its error against the bf16 activations' product is several times
 // smaller, and 6-7 of 8 greedy replies equal the bf16 reference's for 16 tokens where int8 gives 5-6 (bf16
 // activations: 8). It costs two multiply-adds per 64 weights and activation row where int8 takes one
-// (bench/NOTES.md, sessions 22, 24 and 25).
+// (docs/design/gguf-blocks.md).
 #pragma once
 
 #include <ATen/Parallel.h>

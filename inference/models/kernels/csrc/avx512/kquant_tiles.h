@@ -33,7 +33,7 @@ namespace mooncake_avx512 {
 // Every AMX CPU has AVX512-VBMI (byte permutes); the library as a whole must not assume it (Cooper Lake).
 #define MOONCAKE_TILE_CODE __attribute__((target("avx512vbmi")))
 
-// From this many decoding rows the tiles are faster than registers (bench/NOTES.md).
+// From this many decoding rows the tiles are faster than registers (docs/design/gguf-blocks.md).
 constexpr int64_t kIntegerTileRows = 5;
 
 // Whether the CPU has AMX-INT8 (CPUID leaf 7, EDX bit 25) and the process may use tiles. Asked once: under

@@ -271,8 +271,8 @@ at::Tensor prompt_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   at::parallel_for(0, jobs, 1, [&](int64_t begin, int64_t end) {
     // Subnormals flush to zero (FTZ and DAZ) in this thread while it works: a peaked row's far keys get
     // probabilities below 1e-38, and each multiply-add with such an operand took a microcode assist (a
-    // 1000-token prompt with peaked scores ran 10x slower: bench/NOTES.md). Each row is still computed one
-    // way, whatever its chunk.
+    // 1000-token prompt with peaked scores ran 10x slower: docs/design/prompt-attention.md). Each row is still
+    // computed one way, whatever its chunk.
     const unsigned int csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);
     Scratch scratch;
