@@ -2,8 +2,9 @@
 sections), with the common settings and every engine type's own; it builds the typed groups each engine
 type reads (inference.config_groups), so a bad value fails at construction with the setting's name.
 
-Over 300 lines: the one flat form of every engine setting users write, each field with its reason, and the
-checks that tie settings of different groups together.
+Over 300 lines: the one flat form of every engine setting users write, each field with its description
+(docs/configuration/reference.md is generated from them) and its reason, and the checks that tie settings
+of different groups together.
 """
 
 from __future__ import annotations
@@ -11,14 +12,22 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from inference.config_groups import (
+    ATTENTION_BACKENDS,
+    CPU_ISAS,
     DEFAULT_MAX_QUEUE_LEN,
+    DEVICES,
+    DTYPES,
+    KQUANT_ACTIVATIONS,
+    KV_CACHE_DTYPES,
     QUANTIZATION_ALIASES,
+    QUANTIZATIONS,
     REMOTE_SETTINGS,
     SERVER_SETTINGS,
+    TASKS,
     CacheConfig,
     CpuKernelConfig,
     ModelConfig,
@@ -30,7 +39,7 @@ from inference.config_groups import (
     check_task,
     off_or_positive,
 )
-from inference.config_values import coerce
+from inference.config_values import coerce, setting
 from inference.speculative_config import SpeculativeConfig
 
 # Who runs the model: "native" is our engine in this process; "transformers" transformers' own
@@ -45,13 +54,10 @@ IN_PROCESS_TYPES = ("native", "transformers")
 ENGINE_TYPES = (*IN_PROCESS_TYPES, "openai", *SUPERVISED_TYPES)
 # Keys of the mooncake.yaml `model`/`engine` sections that belong to other layers.
 _IGNORED_KEYS = frozenset({"name", "aliases", "keep_alive", "keep_alive_seconds"})
-# Other names a setting is read by: yaml shorthands, and the names settings had before (kept working).
-_ALIASES = {
-    "model_id": "model",
-    "type": "engine_type",
-    "q4_decode": "gguf_kernels",
-    "q4_amx": "gguf_amx_decode",
-}
+# The names mooncake.yaml writes for fields named otherwise here (the configuration reference shows these).
+YAML_NAMES = {"model_id": "model", "type": "engine_type"}
+# Other names a setting is read by: the yaml's, and the names settings had before (kept working).
+_ALIASES = {**YAML_NAMES, "q4_decode": "gguf_kernels", "q4_amx": "gguf_amx_decode"}
 # EngineConfig fields that only a remote engine (`openai` or a supervised type) reads.
 REMOTE_FIELDS = (*REMOTE_SETTINGS, *SERVER_SETTINGS)
 
@@ -99,66 +105,86 @@ def settings_not_read(config: EngineConfig, given: Iterable[str]) -> list[str]:
 
 @dataclass(slots=True)
 class EngineConfig:
-    model: str = "default"
-    dtype: str = "auto"
-    device: str = "auto"
-    max_model_len: int | None = None
-    block_size: int = 16
-    kv_cache_memory_bytes: int | None = None
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 4096
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    max_queue_len: int = DEFAULT_MAX_QUEUE_LEN
-    # Target for a step that carries decode rows: prefill chunks are sized from measured step cost so
-    # running streams keep a bounded inter-token gap; None or 0 turns it off (full-size chunks).
-    max_step_latency_ms: float | None = 100.0
-    attention_backend: str = "auto"
-    enforce_eager: bool = False  # CUDA: no decode graphs (slower; for debugging, as in vLLM)
-    # Time each step's phases into EngineStats.step_timings (benchmarks; a synchronous step syncs the device)
-    record_step_timings: bool = False
-    # Schedule and launch step N+1 while step N runs on the device, its sampled ids feeding N+1 there
-    # (inference.core.async_step). None: on for CUDA, off on CPU (where the device work is synchronous).
-    async_scheduling: bool | None = None
-    # "int4": a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory, faster small batches; see README)
-    quantization: str = "none"
-    seed: int = 0
-    # Where converted GGUFs and the compiled decode kernel live (a private 0700 folder); None: ./var/cache.
-    cache_dir: str | None = None
-    cpu_threads: int | None = None  # torch intra-op threads on CPU; None: every core we may run on
-    # The CPU kernels' settings (CpuKernelConfig, cpu_kernels()): read a GGUF's blocks (bf16 decoding rows,
-    # or every fp32 batch on AVX2 CPUs); Q4/Q8_0 decoding rows on AMX tiles at every row count.
-    gguf_kernels: bool = True
-    gguf_amx_decode: bool = False
-    kquant_activations: str = "int16"  # K-quant decoding rows (AVX2: every block row): KQUANT_ACTIVATIONS
-    # Keep a dense bf16 copy of the projections a GGUF stores in blocks the kernels read (2 bytes per weight
-    # more), which prompts and batches past 16 rows then multiply with. None: only where the CPU lacks AMX
-    # (the blocks' register batch path is several times slower than oneDNN's); on AVX2: dense fp32 instead.
-    gguf_dense_copy: bool | None = None
-    kernel_compiler: str = "c++"  # compiles that kernel when it was not built at install time
-    cpu_isa: str = "auto"  # the most the CPU kernels may use (CPU_ISAS): "avx512" without AMX, "avx2", "none"
-    # Folders a model source must really (symlinks followed) lie in at load; None: anywhere. "default"
-    # (the bundled model) is always allowed.
-    model_roots: tuple[str, ...] | None = None
-    # mooncake.yaml's `engine.type`. For "openai", `model` is only where the tokenizer and chat template
-    # come from (prompts are templated here and sent upstream as token ids); the weights stay upstream.
-    engine_type: str = "native"
-    # How a remote engine reaches its upstream: RemoteSettings (remote()) says what each means.
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    upstream_model: str | None = None
-    request_timeout: float = 600.0
+    # Each field's doc is its line in docs/configuration/reference.md (tools/config_reference.py); the
+    # comments say why.
+    model: str = setting(
+        "default", "`default` (bundled SmolLM2), a Hugging Face folder, a .gguf or a hub id; also model_path"
+    )
+    dtype: str = setting("auto", "auto: bf16 on GPUs and AMX/AVX512-BF16 CPUs, else fp32", choices=DTYPES)
+    device: str = setting("auto", "Where the model runs (also cuda:N)", choices=DEVICES)
+    max_model_len: int | None = setting(None, "Longest prompt and reply in tokens; null: the model's context")
+    block_size: int = setting(16, "Tokens per page of the paged KV cache")
+    kv_cache_memory_bytes: int | None = setting(
+        None, "The KV cache's bytes; null: from gpu_memory_utilization (GPU), or the model and RAM (CPU)"
+    )
+    # "auto" keeps fp32 greedy outputs equal to transformers' (inference/models/layers/kv_budget.py).
+    kv_cache_dtype: str = setting(
+        "auto", "What the KV cache stores K and V in; auto: the compute dtype", choices=KV_CACHE_DTYPES
+    )
+    gpu_memory_utilization: float = setting(0.9, "Share of the GPU's memory the engine may use, in (0, 1]")
+    max_num_seqs: int = setting(64, "The most sequences running at once")
+    max_num_batched_tokens: int = setting(4096, "The most tokens one step computes (prompt chunks and rows)")
+    enable_chunked_prefill: bool = setting(True, "Split a long prompt over steps, so streams keep decoding")
+    enable_prefix_caching: bool = setting(True, "Reuse the KV cache of a prompt prefix computed before")
+    max_queue_len: int = setting(
+        DEFAULT_MAX_QUEUE_LEN, "Requests that may wait; past it one is refused (503)"
+    )
+    # Prefill chunks are sized from measured step cost so running streams keep a bounded inter-token gap.
+    max_step_latency_ms: float | None = setting(
+        100.0, "Target for a step that carries decoding rows (prefill chunks fit it); null or 0: off"
+    )
+    attention_backend: str = setting(
+        "auto", "GPU: Triton paged decode unless flash-attn fits", choices=ATTENTION_BACKENDS
+    )
+    enforce_eager: bool = setting(False, "CUDA: no decode graphs (slower; for debugging, as in vLLM)")
+    record_step_timings: bool = setting(False, "Time each step's phases into the stats (benchmarks; syncs)")
+    # Step N's sampled ids feed N+1 on the device (inference.core.async_step); CPU work is synchronous.
+    async_scheduling: bool | None = setting(
+        None, "Schedule step N+1 while step N runs on the device; null: on for CUDA, off on CPU"
+    )
+    quantization: str = setting(
+        "none", "int4: a GGUF's Q4_0/Q4_1 linears stay 4-bit on CPU (less memory)", choices=QUANTIZATIONS
+    )
+    seed: int = setting(0, "Seed of the sampler's generator (requests may give their own)")
+    cache_dir: str | None = setting(None, "Converted GGUFs and the compiled CPU kernel (a private folder)")
+    cpu_threads: int | None = setting(None, "torch's intra-op threads on CPU; null: every core we may use")
+    # The CPU kernels' settings (CpuKernelConfig, cpu_kernels()).
+    gguf_kernels: bool = setting(True, "Read a GGUF's blocks as stored, where this CPU's kernel passes")
+    gguf_amx_decode: bool = setting(False, "Q4/Q8_0 decoding rows on AMX tiles at every row count")
+    kquant_activations: str = setting(
+        "int16", "K-quant rows: int16 or int8 (llama.cpp's) activations, or bf16", choices=KQUANT_ACTIVATIONS
+    )
+    # Without AMX the blocks' register batch path is several times slower than oneDNN's, hence the default.
+    gguf_dense_copy: bool | None = setting(
+        None, "A dense copy of block-read weights for batches past 16 rows; null: where the CPU lacks AMX"
+    )
+    kernel_compiler: str = setting("c++", "Compiles the CPU kernel when install did not build it")
+    cpu_isa: str = setting("auto", "The most the CPU kernels may use (none: torch's ops)", choices=CPU_ISAS)
+    model_roots: tuple[str, ...] | None = setting(
+        None, "Folders a model must really (symlinks followed) lie in at load; null: anywhere"
+    )
+    # For "openai", `model` is only where the tokenizer and chat template come from (prompts are templated
+    # here and sent upstream as token ids); the weights stay upstream.
+    engine_type: str = setting(
+        "native", "Who runs the model (the types are described above)", choices=ENGINE_TYPES
+    )
+    # How a remote engine reaches its upstream: RemoteSettings (remote()).
+    base_url: str | None = setting(None, "The upstream's OpenAI API root, e.g. http://vllm:8000/v1")
+    api_key: str | None = setting(
+        None, "Sent as a Bearer token (or engine.api_key_env names it)", secret=True
+    )
+    upstream_model: str | None = setting(None, "The upstream's name for the model; null: the first it lists")
+    request_timeout: float = setting(600.0, "Seconds the upstream may stay silent (connecting: at most 10)")
     # Types vllm, sglang, tgi: the server Mooncake starts, ServerSettings (server()).
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    expert_parallel: bool = False  # MoE experts spread over the tensor-parallel GPUs (vllm, sglang)
-    executable: str | None = None
-    startup_timeout: float = 900.0
-    extra_args: tuple[str, ...] = ()
-    # n-gram speculative decoding (native only); a mapping in mooncake.yaml, None: off.
-    speculative: SpeculativeConfig | None = None
-    task: str = "generate"  # one of TASKS
+    tensor_parallel_size: int = setting(1, "GPUs per pipeline stage")
+    pipeline_parallel_size: int = setting(1, "Pipeline stages (not tgi)")
+    expert_parallel: bool = setting(False, "A mixture-of-experts model's experts spread over the GPUs")
+    executable: str | None = setting(None, "The engine's command (sglang: the Python); null: from PATH")
+    startup_timeout: float = setting(900.0, "Seconds the server may take to answer /health")
+    extra_args: tuple[str, ...] = setting((), "Added to the server's command line after Mooncake's flags")
+    # A mapping in mooncake.yaml; the speculative.* keys are SpeculativeConfig's fields.
+    speculative: SpeculativeConfig | None = setting(None, "n-gram speculative decoding; null: off")  # noqa: RUF009
+    task: str = setting("generate", "generate (chat, completions) or embed (/v1/embeddings)", choices=TASKS)
 
     def __post_init__(self) -> None:
         # Build the groups once so a bad value fails at construction, not at load time.
@@ -288,6 +314,7 @@ class EngineConfig:
             self.kv_cache_memory_bytes,
             self.gpu_memory_utilization,
             self.enable_prefix_caching,
+            self.kv_cache_dtype,
         )
 
     def scheduler_config(self, max_model_len: int) -> SchedulerConfig:

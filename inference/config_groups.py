@@ -13,6 +13,9 @@ from dataclasses import dataclass, field, fields
 # The choice lists, defined once: validation here, the attention selector and the console's forms use them.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+# What the paged KV cache stores K and V in, whatever the compute dtype; "auto": the compute dtype
+# (inference/models/layers/kv_budget.py resolves it, and says why).
+KV_CACHE_DTYPES = DTYPES
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 # "int4": a GGUF's Q4_0/Q4_1 projections kept 4-bit in torch's int4 layout (CPU, bf16). Its old name
 # "gguf" is still read (inference.config's alias table).
@@ -58,6 +61,14 @@ def check_task(task: str, engine_type: str) -> None:
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_kv_cache_dtype(value: object) -> None:
+    if value not in KV_CACHE_DTYPES:
+        raise ValueError(
+            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)} (auto: the compute dtype), "
+            f"got {value!r}"
+        )
 
 
 def check_memory_fraction(value: float) -> None:
@@ -106,7 +117,7 @@ class CpuKernelConfig:
     gguf_amx_decode: bool = False  # Q4/Q8_0 decoding rows on AMX tiles at every row count (else registers)
     kquant_activations: str = "int16"  # how K-quant rows meet activations: KQUANT_ACTIVATIONS
     # Keep a dense copy of the block-read projections, for prompts and large batches; None: the plan
-    # decides (bf16: only where AMX tiles are not available; fp32 AVX2: only for files without K-quants).
+    # decides (bf16: only where AMX tiles are not available; fp32 AVX2: never).
     gguf_dense_copy: bool | None = None
     kernel_compiler: str = "c++"  # compiles a kernel that was not built at install time
     cache_dir: str | None = None  # where compiled kernels (and converted GGUFs) live; None: ./var/cache
@@ -129,9 +140,11 @@ class CacheConfig:
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         check_positive("block_size", self.block_size)
+        check_kv_cache_dtype(self.kv_cache_dtype)
         if self.kv_cache_memory_bytes is not None:
             check_positive("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
         check_memory_fraction(self.gpu_memory_utilization)

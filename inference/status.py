@@ -38,3 +38,7 @@ class ModelInfo:
     # While (and after a failed) download: bytes fetched so far, and in all (None: not known yet).
     download_bytes_done: int | None = None
     download_bytes_total: int | None = None
+    # While loading: the step it is at (inference.progress) and, for a counting step, how far.
+    load_phase: str | None = None
+    load_done: int | None = None
+    load_total: int | None = None

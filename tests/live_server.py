@@ -244,9 +244,9 @@ class LiveDaphne:
             self._shell = None
 
 
-# A test server's KV cache. The CPU default (2 GiB per model, zeroed as each engine starts: about 10 s on
-# the 2-core CI machine) is sized for serving; 512 MiB holds a whole 8k context in float32. A config that
-# sets its own size keeps it, and engines that are not ours get none.
+# A test server's KV cache: one size whatever the CPU (the default follows the model, max_num_seqs and the
+# compute dtype, and is zeroed as each engine starts); 512 MiB holds a whole 8k context in float32. A config
+# that sets its own size keeps it, and engines that are not ours get none.
 TEST_KV_CACHE_BYTES = 512 * 2**20
 
 

@@ -30,6 +30,7 @@ from inference.core.tokenization import TextProcessor
 from inference.errors import EngineBrokenError, QueueFullError, RequestFailedError
 from inference.metrics import EngineStats, MetricsCollector, StepClock
 from inference.outputs import RequestOutput
+from inference.progress import ALLOCATING, report
 from inference.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class LLMEngine:
         if runner is None:
             from inference.core.model_runner import ModelRunner
 
+            report(ALLOCATING)
             runner = ModelRunner.from_config(loaded, config)
         self.config = config
         self.loaded = loaded

@@ -22,7 +22,13 @@ from inference.device import cpu_thread_count
 from inference.models.architectures.decoder import DecoderForCausalLM
 from inference.models.layers.attention import BatchLayout, select_backend
 from inference.models.layers.attention.kv_cache import allocate_kv_cache
-from inference.models.layers.kv_budget import KVBudget, cpu_kv_budget, max_model_len_error, mib
+from inference.models.layers.kv_budget import (
+    KVBudget,
+    cpu_kv_budget,
+    max_model_len_error,
+    mib,
+    resolve_kv_dtype,
+)
 from inference.models.loader.load import LoadedModel
 from inference.models.quantization.gguf.fused_layers import FusedDecode
 from inference.models.quantization.rows import decoding_rows_fused, fused_decode, module_rows
@@ -40,6 +46,7 @@ class ModelRunner:
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=config.max_model_len,
             kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+            kv_cache_dtype=config.kv_cache_dtype,
             gpu_memory_utilization=config.gpu_memory_utilization,
             attention_backend=config.attention_backend,
             enforce_eager=config.enforce_eager,
@@ -56,6 +63,7 @@ class ModelRunner:
         max_model_len: int | None,
         kv_cache_memory_bytes: int | None,
         gpu_memory_utilization: float,
+        kv_cache_dtype: str = "auto",
         attention_backend: str = "auto",
         enforce_eager: bool = False,
         cpu_threads: int | None = None,
@@ -76,14 +84,24 @@ class ModelRunner:
         self.vocab_size = self.model.args.vocab_size
         if self.device.type == "cpu":
             torch.set_num_threads(cpu_thread_count(cpu_threads))
+        compute = str(loaded.dtype).removeprefix("torch.")
+        self.kv_dtype: torch.dtype = getattr(torch, resolve_kv_dtype(kv_cache_dtype, compute))
+        if self.device.type == "cuda" and self.kv_dtype != loaded.dtype:
+            # The GPU backends (flash-attn, Triton) read the cache in the queries' dtype.
+            raise ValueError(
+                f"kv_cache_dtype={kv_cache_dtype} applies on CPU only; on a GPU the KV cache takes the "
+                f"compute dtype ({compute}): set kv_cache_dtype to auto"
+            )
         self.backend = select_backend(
             attention_backend,
             device=self.device,
             dtype=loaded.dtype,
+            kv_dtype=self.kv_dtype,
             block_size=block_size,
             num_kv_heads=self.model.args.num_kv_heads,
             head_dim=self.model.args.head_dim,
             avx512_kernels=loaded.avx512_kernels,
+            avx2_kernels=loaded.avx2_kernels,
             sliding_window=self.model.has_sliding_window,
             softcap=self.model.has_softcap,
         )
@@ -99,14 +117,19 @@ class ModelRunner:
         self.inputs_ready_at = 0.0
         self.supports_in_flight_ids = True  # execute() takes async scheduling's device-resident ids
 
-        spec = self.model.kv_cache_spec(loaded.dtype)
+        spec = self.model.kv_cache_spec(self.kv_dtype)
         per_block = spec.bytes_per_block(block_size)
         context = loaded.context_length
         if self.device.type == "cuda" and kv_cache_memory_bytes is None:
             budget = self._profile_cuda_budget(gpu_memory_utilization, max_num_batched_tokens, max_num_seqs)
         else:
-            full = max_num_seqs * -(-min(context, max_model_len or context) // block_size) * per_block
-            budget = cpu_kv_budget(kv_cache_memory_bytes, bytes_needed_for_full_batch=full)
+            budget = cpu_kv_budget(
+                kv_cache_memory_bytes,
+                bytes_per_token=per_block // block_size,
+                max_model_len=min(context, max_model_len or context),
+                max_num_seqs=max_num_seqs,
+                block_size=block_size,
+            )
         self.num_blocks = budget.bytes // per_block
         if self.num_blocks < 1:
             raise ValueError(
@@ -129,11 +152,12 @@ class ModelRunner:
                 logger.info("Decoding eagerly: the model's experts do not take the fused kernel here")
         self.fused_decode = fused_decode(self.model, self.device)
         logger.info(
-            "KV cache size: %d tokens (%d blocks x %d, %s, from %s); attention backend: %s",
+            "KV cache size: %d tokens (%d blocks x %d, %s in %s, from %s); attention backend: %s",
             self.kv_capacity_tokens,
             self.num_blocks,
             block_size,
             mib(self.kv_cache_bytes),
+            str(self.kv_dtype).removeprefix("torch."),
             budget.source,
             self.attention_backend_name,
         )
@@ -202,7 +226,7 @@ class ModelRunner:
         seq_len = max(1, min(self.max_model_len, max_tokens))
         num_seqs = min(max_seqs, -(-max_tokens // seq_len))
         blocks_per_seq = -(-seq_len // self.block_size)
-        spec = self.model.kv_cache_spec(next(self.model.parameters()).dtype)
+        spec = self.model.kv_cache_spec(self.kv_dtype)
         scratch = allocate_kv_cache(
             spec, num_blocks=num_seqs * blocks_per_seq, block_size=self.block_size, device=self.device
         )

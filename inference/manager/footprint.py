@@ -2,7 +2,8 @@
 
 Reads only headers (a GGUF's metadata, config.json and safetensors headers), never the weights. The sizes
 follow what the loader and the model runner will allocate: weights in the configured dtype, and the KV
-cache as ModelRunner sizes it (kv_cache.cpu_kv_budget on CPU; on a GPU at least one full-length request).
+cache as ModelRunner sizes it (kv_budget.cpu_kv_budget on CPU, the same function; on a GPU at least one
+full-length request), in its kv_cache_dtype.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ from inference.config import EngineConfig
 from inference.config_groups import CpuKernelConfig
 from inference.manager.memory_plan import Footprint
 from inference.models.layers.kv_budget import (
-    DEFAULT_CPU_KV_BYTES,
-    DEFAULT_CPU_RAM_FRACTION,
+    KV_DTYPE_BYTES,
     KVBudget,
+    cpu_kv_budget,
+    default_kv_tokens,
     max_model_len_error,
+    resolve_kv_dtype,
 )
 from inference.models.quantization.plan import BLOCK_TYPES, INT4_TYPES, CpuFacts, WeightPlan, plan_weights
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-CPU_KV_CAP_BYTES = DEFAULT_CPU_KV_BYTES
-CPU_KV_RAM_FRACTION = DEFAULT_CPU_RAM_FRACTION
+DTYPE_BYTES = KV_DTYPE_BYTES  # an element of each dtype, weights and cache alike
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +161,10 @@ def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, devic
     """What `config` will take on `device`: weights in its dtype, and its KV cache as the runner sizes it."""
     elem = DTYPE_BYTES.get(config.dtype, device.auto_dtype_bytes)
     weights = _weight_bytes(config, shape, device, elem)
-    per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * elem
+    compute = config.dtype if config.dtype in DTYPE_BYTES else "bfloat16" if elem == 2 else "float32"
+    kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, compute)
+    kv_elem = DTYPE_BYTES[kv_dtype]
+    per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * kv_elem
     length = min(config.max_model_len or shape.context_length, shape.context_length)
     one_request = math.ceil(length / config.block_size) * config.block_size * per_token
     base = Footprint(
@@ -171,18 +175,32 @@ def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, devic
         kv_bytes_per_token=per_token,
         max_model_len=length,
         block_size=config.block_size,
+        kv_dtype=kv_dtype,
     )
     explicit = config.kv_cache_memory_bytes
     if device.kind == "cuda":
         ceiling = int(device.total_bytes * config.gpu_memory_utilization)
         if explicit is not None:
-            return replace(base, kv_bytes=explicit, kv_sequences=0, ceiling_bytes=ceiling)
-        return replace(base, ceiling_bytes=ceiling, fills_ceiling=True)
+            rule = f"kv_cache_memory_bytes={explicit}"
+            return replace(base, kv_bytes=explicit, kv_sequences=0, ceiling_bytes=ceiling, kv_rule=rule)
+        rule = "one max_model_len request at least; at load, what gpu_memory_utilization leaves"
+        return replace(base, ceiling_bytes=ceiling, fills_ceiling=True, kv_rule=rule)
     if explicit is not None:
-        return replace(base, kv_bytes=explicit, kv_sequences=0)
-    cap = min(CPU_KV_CAP_BYTES, int(device.total_bytes * CPU_KV_RAM_FRACTION))
-    kv = min(cap, config.max_num_seqs * one_request)
-    return replace(base, kv_bytes=kv, kv_sequences=config.max_num_seqs)
+        return replace(base, kv_bytes=explicit, kv_sequences=0, kv_rule=f"kv_cache_memory_bytes={explicit}")
+    budget = cpu_kv_budget(
+        None,
+        bytes_per_token=per_token,
+        max_model_len=length,
+        max_num_seqs=config.max_num_seqs,
+        block_size=config.block_size,
+        ram_bytes=device.total_bytes,
+    )
+    block = per_token * config.block_size
+    kv = budget.bytes // block * block  # what the runner allocates: whole blocks of the budget
+    tokens = default_kv_tokens(max_model_len=length, max_num_seqs=config.max_num_seqs, block_size=1)
+    if kv < tokens * per_token:  # cut to a bound: a fixed size, whatever max_model_len is
+        return replace(base, kv_bytes=kv, kv_sequences=0, kv_rule=budget.source)
+    return replace(base, kv_bytes=kv, kv_extra_tokens=tokens - length, kv_rule=budget.source)
 
 
 def _weight_bytes(config: EngineConfig, shape: ModelShape, device: DeviceFacts, elem: int) -> int:

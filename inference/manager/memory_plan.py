@@ -22,9 +22,15 @@ class Footprint:
     kv_bytes: int
     kv_bytes_per_token: int  # K and V, every layer, one token
     max_model_len: int
-    # How many full-length sequences the KV cache is sized for: 1 when it is the minimum one request needs
-    # (GPU), max_num_seqs on the CPU default. 0: a fixed size (kv_cache_memory_bytes, or the CPU cap).
+    # How many full-length sequences the KV cache is sized for: 1 when it grows with max_model_len (the
+    # minimum one request needs on a GPU; the CPU default's one full context). 0: a fixed size
+    # (kv_cache_memory_bytes, or the CPU default cut to a bound).
     kv_sequences: int = 1
+    # Tokens beyond those sequences, which do not grow with max_model_len: the CPU default's working share
+    # for each other sequence (inference/models/layers/kv_budget.py).
+    kv_extra_tokens: int = 0
+    kv_rule: str = ""  # how the KV cache was sized, in words (`mooncake check` prints it)
+    kv_dtype: str = ""  # what it stores K and V in (kv_cache_dtype resolved)
     block_size: int = 16
     # GPU: the ceiling on the device's use once this model is loaded (its gpu_memory_utilization x the
     # device), and whether its KV cache grows to that ceiling (no kv_cache_memory_bytes), as the runner does.
@@ -42,6 +48,7 @@ class MemoryPlan:
 
     fits: list[str] = field(default_factory=list)
     problems: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, str] = field(default_factory=dict)  # each model planned, in words (describe())
 
     @property
     def ok(self) -> bool:
@@ -58,7 +65,7 @@ def plan_memory(
     """Fit the models in order. `budget_bytes` caps their sum (None: only the GPU ceilings apply); on a GPU
     `device_total_bytes` turns a shortfall into the gpu_memory_utilization that would fit. A model that does
     not fit is left out of the running total, so each later one is judged as if it were never loaded."""
-    plan = MemoryPlan()
+    plan = MemoryPlan(sizes={model.name: describe(model) for model in models})
     used = 0
     for model in models:
         limits = [(budget_bytes, budget_source)] if budget_bytes is not None else []
@@ -73,6 +80,19 @@ def plan_memory(
         plan.fits.append(model.name)
         used = max(after, model.ceiling_bytes or 0) if model.fills_ceiling else after
     return plan
+
+
+def describe(model: Footprint) -> str:
+    """One model's planned memory, with how its KV cache was sized: what `mooncake check` prints."""
+    block = model.kv_bytes_per_token * model.block_size
+    tokens = model.kv_bytes // block * model.block_size if block else 0  # whole blocks, as allocated
+    rule = f"; {model.kv_rule}" if model.kv_rule else ""
+    dtype = f" in {model.kv_dtype}" if model.kv_dtype else ""
+    kv = f"{tokens} tokens{dtype}, {model.kv_bytes_per_token} bytes each{rule}"
+    return (
+        f"{model.name}: about {gib(model.needed_bytes)} = {gib(model.weights_bytes)} weights + "
+        f"{gib(model.kv_bytes)} KV cache ({kv})"
+    )
 
 
 def _message(
@@ -96,13 +116,17 @@ def suggestions(
     block = model.kv_bytes_per_token * model.block_size
     per_len = model.kv_bytes_per_token * max(model.kv_sequences, 1)
     if room >= block and model.kv_sequences and per_len > 0:
-        fit_len = room // per_len // model.block_size * model.block_size
+        tokens = room // model.kv_bytes_per_token - model.kv_extra_tokens
+        fit_len = tokens // max(model.kv_sequences, 1) // model.block_size * model.block_size
         if model.block_size <= fit_len < model.max_model_len:
+            shared = model.kv_sequences > 1 or model.kv_extra_tokens
             seqs = f" with max_num_seqs {model.kv_sequences}" if model.kv_sequences > 1 else ""
+            seqs = seqs or (" (or a lower max_num_seqs)" if shared else "")
             tips.append(
                 f"Set {model.key}.max_model_len to {fit_len} or less{seqs} (now {model.max_model_len})."
             )
-    if room >= block and model.kv_sequences != 1 and model.kv_bytes > room:
+    sized_for_many = model.kv_sequences != 1 or model.kv_extra_tokens > 0
+    if room >= block and sized_for_many and model.kv_bytes > room:
         longest = room // block * model.block_size
         tips.append(
             f"Set {model.key}.kv_cache_memory_bytes to {room} or less (then max_model_len {longest} at most)."

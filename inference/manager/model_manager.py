@@ -5,8 +5,9 @@ loaded again after a back-off that doubles with each death; past `max_restarts` 
 `restart_window_s` the model stays "failed" until someone loads it again. A reconfigure restarts a loaded
 model gracefully: drain, then swap (inference.manager.handover).
 
-Supervision (death, back-off, restart) and eviction (budget, keep-alive) are mixins of their own modules,
-inference.manager.supervision and inference.manager.eviction, on the same entries and lock.
+Supervision (death, back-off, restart), eviction (budget, keep-alive) and progress (a load's steps, a
+download's bytes) are mixins of their own modules, inference.manager.supervision, inference.manager.eviction
+and inference.manager.load_progress, on the same entries and lock.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from inference.config import EngineConfig
 from inference.errors import EngineDeadError, InsufficientMemoryError, NoModelLoadedError, UnknownModelError
 from inference.manager.eviction import Eviction
 from inference.manager.handover import adopt_all, hand_over
+from inference.manager.load_progress import LoadReporting
 from inference.manager.supervision import Supervision, free_torch_memory
 from inference.status import ModelInfo, ModelState
 
@@ -56,7 +58,7 @@ class _Entry:
         self.info.memory_bytes = self.info.kv_capacity_tokens = None
 
 
-class ModelManager(Supervision, Eviction):
+class ModelManager(Supervision, Eviction, LoadReporting):
     """Thread-safe. `load` blocks (call it via asyncio.to_thread from async code)."""
 
     def __init__(
@@ -198,25 +200,16 @@ class ModelManager(Supervision, Eviction):
                 return entry.engine
             return self._load_locked(entry)
 
-    def report_download(self, config: EngineConfig, done: int, total: int | None) -> None:
-        """The engine factory fetching files for `config` (the very object the manager passed it) reports
-        progress: the model reads "downloading" with the bytes so far; done == total means fetched (it reads
-        "loading" again while the engine starts)."""
-        with self._lock:
-            for entry in self._entries.values():
-                if entry.config is config and entry.info.state in ("loading", "downloading"):
-                    finished = total is not None and done >= total
-                    entry.info.state = "loading" if finished else "downloading"
-                    entry.info.download_bytes_done, entry.info.download_bytes_total = done, total
-
     def _load_locked(self, entry: _Entry) -> ManagedEngine:
         """Load entry's engine; the caller holds entry.load_lock."""
         with self._lock:
             entry.info.state, entry.info.error = "loading", None
             entry.info.download_bytes_done = entry.info.download_bytes_total = None
+            entry.info.load_phase = entry.info.load_done = entry.info.load_total = None
         try:
             self._make_room(entry, entry.last_memory_bytes or 0)  # known from an earlier load
-            engine = self._factory(entry.config)
+            with self.reporting_load(entry):
+                engine = self._factory(entry.config)
             try:
                 self._make_room(entry, engine.memory_bytes)
             except InsufficientMemoryError:
@@ -239,6 +232,7 @@ class ModelManager(Supervision, Eviction):
                 state="loaded",
                 download_bytes_done=None,
                 download_bytes_total=None,
+                load_phase=None,
                 memory_bytes=engine.memory_bytes,
                 kv_capacity_tokens=engine.kv_capacity_tokens,
                 last_used=time.time(),

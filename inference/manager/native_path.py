@@ -9,10 +9,11 @@ GGUF reader are imported when it is called, so the list of architectures is alwa
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inference.config import EngineConfig
 
@@ -52,6 +53,8 @@ def native_path(source: Path | None, config: EngineConfig, device: DeviceFacts |
     kind = config.engine_type
     if kind in _ELSEWHERE:
         return NativePath(kind, None, False, None, f"not native: engine type {kind} ({_ELSEWHERE[kind]})")
+    if config.task == "embed":
+        return _encoder_path(source, config)
     found = (
         read_model_file(source) if source is not None else ModelFile(None, problem="its files are not here")
     )
@@ -70,6 +73,44 @@ def native_path(source: Path | None, config: EngineConfig, device: DeviceFacts |
         return NativePath(kind, arch, True, None, f"native: {arch}")
     weights = _weights(found, config, device)
     return NativePath(kind, arch, True, weights, f"native: {arch}, {weights}")
+
+
+def _encoder_path(source: Path | None, config: EngineConfig) -> NativePath:
+    """Embedding models run in our BERT encoder (inference.frontends.embedding), which the decoders'
+    registry does not list: read against it, a loaded embedder said "architecture unknown"."""
+    hf, problem = _encoder_config(source, config.model)
+    kind = config.engine_type
+    if hf is None:
+        return NativePath(
+            kind, None, None, None, f"native embedding engine; architecture unknown ({problem})"
+        )
+    names = hf.get("architectures")
+    arch = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+    if hf.get("model_type") != "bert":  # what the encoder's loader accepts
+        what = f"model_type {hf.get('model_type')!r}"
+        return NativePath(kind, arch, False, None, f"not native: embeddings need a BERT encoder, not {what}")
+    return NativePath(kind, arch, True, None, f"native: {arch or 'BERT'} encoder, embeddings")
+
+
+def _encoder_config(source: Path | None, model: str) -> tuple[dict[str, Any] | None, str]:
+    """The encoder's config.json, or why it cannot be read. The bundled model's is read from the zip in
+    its package (its first load extracts it), so it is known before that load."""
+    from inference.frontends.embedding.bundled import DEFAULT_EMBEDDING_SOURCE, bundled_zip
+
+    try:
+        if source is None and model == DEFAULT_EMBEDDING_SOURCE:
+            with zipfile.ZipFile(bundled_zip()) as archive:
+                raw = archive.read("config.json")
+        elif source is None:
+            return None, "its files are not here"
+        elif not source.is_dir():
+            return None, f"{source.name} is not a model folder"
+        else:
+            raw = (source / "config.json").read_bytes()
+        hf = json.loads(raw)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:  # BundledModelError is a ValueError
+        return None, str(exc)
+    return (hf, "") if isinstance(hf, dict) else (None, "config.json is not a mapping")
 
 
 def supported_architectures() -> tuple[str, ...]:

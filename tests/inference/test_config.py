@@ -132,3 +132,16 @@ def test_a_batch_must_hold_one_token_of_every_sequence_for_in_process_types() ->
             EngineConfig(engine_type=kind, max_num_batched_tokens=32)
     # An upstream's own scheduler decides there (and `mooncake check` refuses the unread settings).
     EngineConfig(engine_type="openai", base_url="http://h:1/v1", max_num_batched_tokens=32)
+
+
+def test_kv_cache_dtype_is_checked_when_the_config_is_built() -> None:
+    assert EngineConfig().kv_cache_dtype == "auto"
+    assert EngineConfig.from_dict({"kv_cache_dtype": "float16"}).cache_config().kv_cache_dtype == "float16"
+    expected = r"kv_cache_dtype must be one of auto, float32, bfloat16, float16 .*'f16'"
+    with pytest.raises(ValueError, match=expected):
+        EngineConfig(kv_cache_dtype="f16")
+    # transformers' own batching keeps its cache in the compute dtype: check says the setting is not read.
+    from inference.config import settings_not_read
+
+    config = EngineConfig(engine_type="transformers", kv_cache_dtype="float16")
+    assert settings_not_read(config, ["kv_cache_dtype"]) == ["kv_cache_dtype"]

@@ -13,10 +13,12 @@ from django.utils.safestring import SafeString, mark_safe
 from inference.api import EngineConfig
 from webapp.accounts.models import RequestLog
 from webapp.console.paths import ModelPathError, model_source
+from webapp.console.tuning_text import TUNING_HELP, TUNING_LABELS
 from webapp.core.engine_settings import ENGINE_FIELDS
 from webapp.core.models import (
     ATTENTION_BACKEND_CHOICES,
     DTYPE_CHOICES,
+    KV_CACHE_DTYPE_CHOICES,
     QUANTIZATION_CHOICES,
     EngineSettings,
     ModelRegistration,
@@ -146,46 +148,6 @@ class ModelDefaultsForm(forms.Form):
         }
 
 
-TUNING_HELP = {
-    "max_num_seqs": "Most sequences in one batch; more raises throughput and KV use.",
-    "max_num_batched_tokens": "Token budget of one step; bounds prefill chunk size and step latency.",
-    "kv_cache_memory_bytes": "Bytes for the paged KV cache (empty: the engine's default).",
-    "block_size": "Tokens per KV block; a power of two, 16 suits most models.",
-    "enable_chunked_prefill": "Split long prompts across steps so decodes keep flowing.",
-    "enable_prefix_caching": "Reuse KV blocks of shared prompt prefixes (system prompts, chats).",
-    "attention_backend": "auto: Triton on CUDA (flash-attn when installed and block_size is a multiple of "
-    "256), torch SDPA on CPU; flash_attn needs flash-attn installed.",
-    "enforce_eager": "CUDA only: turn decode CUDA graphs off (slower; for debugging).",
-    "default_temperature": "Temperature when a request omits it (0 = greedy).",
-    "default_top_p": "top_p when a request omits it.",
-    "default_max_tokens": "Reply length cap when a request omits max_tokens.",
-    "drain_timeout_seconds": "How long running requests may finish before a stop, restart or unload aborts "
-    "them (empty: MOONCAKE_DRAIN_TIMEOUT or server.drain_timeout).",
-    "memory_budget_bytes": "Memory all loaded models may hold (empty: MOONCAKE_MEMORY_BUDGET_BYTES).",
-    "evict_lru": "When a load exceeds the budget: unload the least recently used model instead of refusing.",
-    "log_prompts": "Store prompt text in the request log (off keeps users' prompts out of the database).",
-}
-
-
-TUNING_LABELS = {
-    "max_num_seqs": "Max sequences per batch",
-    "max_num_batched_tokens": "Max batched tokens per step",
-    "kv_cache_memory_bytes": "KV cache memory (bytes)",
-    "block_size": "KV block size (tokens)",
-    "enable_chunked_prefill": "Chunked prefill",
-    "enable_prefix_caching": "Prefix caching",
-    "attention_backend": "Attention backend",
-    "enforce_eager": "Eager decode (no CUDA graphs)",
-    "default_temperature": "Default temperature",
-    "default_top_p": "Default top_p",
-    "default_max_tokens": "Default max_tokens",
-    "drain_timeout_seconds": "Drain timeout (s)",
-    "memory_budget_bytes": "Memory budget (bytes)",
-    "evict_lru": "Evict least recently used",
-    "log_prompts": "Log prompt text",
-}
-
-
 _FROM_YAML = "from mooncake.yaml"
 _ON_OFF = [("on", "on"), ("off", "off")]
 
@@ -222,6 +184,7 @@ class TuningForm(forms.ModelForm[EngineSettings]):
         super().__init__(*args, **kwargs)
         backends = ATTENTION_BACKEND_CHOICES
         self._blank_choice("attention_backend", _FROM_YAML, backends)
+        self._blank_choice("kv_cache_dtype", _FROM_YAML, KV_CACHE_DTYPE_CHOICES)
         configured = f"{float(settings.MOONCAKE_DRAIN_TIMEOUT):g}"
         self.fields["drain_timeout_seconds"].widget.attrs["placeholder"] = configured
         try:
@@ -233,6 +196,8 @@ class TuningForm(forms.ModelForm[EngineSettings]):
             self.fields[name].widget.attrs["placeholder"] = "engine default" if value is None else str(value)
         # The blank choice names the value it keeps.
         self._blank_choice("attention_backend", f"{_FROM_YAML} ({current.attention_backend})", backends)
+        kv_dtype = f"{_FROM_YAML} ({current.kv_cache_dtype})"
+        self._blank_choice("kv_cache_dtype", kv_dtype, KV_CACHE_DTYPE_CHOICES)
         eager = "on" if current.enforce_eager else "off"
         self._blank_choice("enforce_eager", f"{_FROM_YAML} ({eager})", _ON_OFF)
 

@@ -20,6 +20,7 @@ ENGINE_ENV = {
     "gguf_dense_copy": "MOONCAKE_GGUF_DENSE_COPY",
     "kernel_compiler": "CXX",
     "cpu_isa": "MOONCAKE_CPU_ISA",
+    "kv_cache_dtype": "MOONCAKE_KV_CACHE_DTYPE",
 }
 # The variables' names before the settings were renamed, still read (the new name wins where both are set).
 ENGINE_ENV_ALIASES = {"MOONCAKE_Q4_DECODE": "gguf_kernels", "MOONCAKE_Q4_AMX": "gguf_amx_decode"}

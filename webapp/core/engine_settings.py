@@ -21,6 +21,7 @@ ENGINE_FIELDS = (
     "enable_prefix_caching",
     "attention_backend",
     "enforce_eager",
+    "kv_cache_dtype",
 )
 # Fields an admin edits on the tuning page, in display order.
 TUNING_FIELDS = (

@@ -14,6 +14,7 @@ DTYPE_CHOICES = [(d, d.capitalize()) for d in DTYPES]
 _QUANTIZATION_LABELS = {"none": "none (dequantized weights)", "int4": "int4 (keep Q4_0/Q4_1 4-bit, CPU)"}
 QUANTIZATION_CHOICES = [(q, _QUANTIZATION_LABELS.get(q, q)) for q in QUANTIZATIONS]
 ATTENTION_BACKEND_CHOICES = [(b, b) for b in ATTENTION_BACKENDS]
+KV_CACHE_DTYPE_CHOICES = [(d, d) for d in DTYPES]  # kv_cache_dtype takes dtype's names (auto: the dtype's)
 _TASK_LABELS = {"generate": "generate (chat and completions)", "embed": "embed (/v1/embeddings)"}
 TASK_CHOICES = [(t, _TASK_LABELS.get(t, t)) for t in TASKS]
 
@@ -98,6 +99,7 @@ class EngineSettings(models.Model):
         max_length=16, choices=ATTENTION_BACKEND_CHOICES, null=True, blank=True
     )
     enforce_eager = models.BooleanField(null=True, blank=True)
+    kv_cache_dtype = models.CharField(max_length=16, choices=KV_CACHE_DTYPE_CHOICES, null=True, blank=True)
     default_temperature = models.FloatField(null=True, blank=True)
     default_top_p = models.FloatField(null=True, blank=True)
     default_max_tokens = models.PositiveIntegerField(null=True, blank=True)

@@ -72,6 +72,7 @@ def config_report() -> Report:
             refusals_only=not is_list(settings.MOONCAKE) and budget is None,
         )
         report.problems.extend(plan.problems.values())
+        report.lines.extend(f"memory plan:  {line}" for line in plan.sizes.values())
         if budget is not None or is_list(settings.MOONCAKE):
             report.lines.extend(f"memory plan:  {line}" for line in unsized(settings.MOONCAKE).values())
     except Exception as exc:  # the plan is advice; say why it is missing rather than fail the check

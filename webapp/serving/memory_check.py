@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 
 from inference.api import ModelManagerClient
-from inference.manager.memory_plan import Footprint, MemoryPlan, plan_memory
+from inference.manager.memory_plan import Footprint, MemoryPlan, describe, plan_memory
 from webapp.core.engine_config import base_layers, resolve_engine
 from webapp.core.hub_models import MODEL_FILES, cached, parse_hub_id
 from webapp.core.model_list import is_list, listed_models, source_of
@@ -70,7 +70,7 @@ def plan_listed(
             continue
         footprints.append(footprint)
     if device is None or refusals_only:
-        return MemoryPlan(problems=refused)
+        return MemoryPlan(problems=refused, sizes={f.name: describe(f) for f in footprints})
     source = BUDGET_SOURCE
     if budget_bytes is None and device.kind == "cpu":
         budget_bytes, source = device.available_bytes, "the RAM available now"

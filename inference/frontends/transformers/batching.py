@@ -87,8 +87,13 @@ def batching_config(
     """transformers' batching settings from ours, and the KV bytes planned (None: it sizes from the GPU)."""
     kv_bytes: int | None = config.kv_cache_memory_bytes
     if kv_bytes is None and device.type == "cpu":
-        full_batch = config.max_num_seqs * max_model_len * bytes_per_token
-        kv_bytes = cpu_kv_budget(None, bytes_needed_for_full_batch=full_batch).bytes
+        kv_bytes = cpu_kv_budget(
+            None,
+            bytes_per_token=bytes_per_token,
+            max_model_len=max_model_len,
+            max_num_seqs=config.max_num_seqs,
+            block_size=PAGE_SIZE,
+        ).bytes
     num_blocks = max(1, kv_bytes // (bytes_per_token * PAGE_SIZE)) if kv_bytes is not None else None
     cb_config = ContinuousBatchingConfig(
         page_size=PAGE_SIZE,

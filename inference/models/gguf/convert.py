@@ -21,6 +21,7 @@ from inference.cache_dir import ensure_private_dir, private_temp_file
 from inference.models.gguf.architectures import ARCHITECTURES, GGUF_ARCHITECTURES
 from inference.models.gguf.names import checkpoint_rows, checkpoint_tensors
 from inference.models.gguf.reader import GGUFFile
+from inference.progress import CONVERTING, CONVERTING_TENSORS, HASHING, Throttled, report
 
 if TYPE_CHECKING:
     pass
@@ -49,9 +50,12 @@ def file_sha256(path: Path, cache_dir: Path) -> str:
     if entry and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
         return str(entry["sha256"])
     digest = hashlib.sha256()
+    hashed, progress = 0, Throttled(HASHING, stat.st_size)  # a multi-GB file takes a while: say so
     with path.open("rb") as f:
         while chunk := f.read(8 << 20):
             digest.update(chunk)
+            hashed += len(chunk)
+            progress(hashed)
     sha = digest.hexdigest()
     memo[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha}
     ensure_private_dir(cache_dir)
@@ -122,7 +126,12 @@ def _write_weights(gguf: GGUFFile, path: Path) -> None:
     # Small models dequantize to fp32, bit-exact to the GGUF values (the CPU fp32 oracle depends on it);
     # large ones to 16 bits (what llama.cpp's GPU kernels compute with), or a 4 GB Q4 file would cache 28 GB.
     narrow = None if num_elements <= FP32_MAX_ELEMENTS else torch.float16
-    tensors = dict(checkpoint_tensors(gguf, heads, kv_heads, narrow=narrow))
+    tensors: dict[str, torch.Tensor] = {}
+    # One checkpoint tensor per GGUF tensor, bar rare splits: the file's count is the progress total.
+    progress = Throttled(CONVERTING_TENSORS, len(gguf.tensors))
+    for name, tensor in checkpoint_tensors(gguf, heads, kv_heads, narrow=narrow):
+        tensors[name] = tensor
+        progress(min(len(tensors), len(gguf.tensors)))
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
@@ -130,6 +139,7 @@ def _convert(gguf_path: Path, out_dir: Path) -> None:
     """config.json, the tokenizer and a note of the source into out_dir."""
     from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
 
+    report(CONVERTING)
     gguf = GGUFFile(gguf_path)
     arch = gguf.architecture
     if arch not in GGUF_ARCHITECTURES:

@@ -20,10 +20,12 @@ from inference.models.gguf.convert import ensure_converted
 from inference.models.gguf.reader import GGUFFile
 from inference.models.loader.source import ModelSourceError, resolve_source
 from inference.models.loader.weights import load_weights
+from inference.models.quantization.gguf.avx2 import Avx2Kernel
 from inference.models.quantization.gguf.avx512 import Avx512Kernel
 from inference.models.quantization.gguf.block_only import BlockOnlyLoad, BlocksDisagree
 from inference.models.quantization.setup import plan_linears, use_linear_methods
 from inference.models.registry import SUPPORTED_ARCHITECTURES, get_model_class
+from inference.progress import KERNELS, PLANNING, report
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class LoadedModel(LoadedWeights):
     source: str
     # The native CPU kernels (csrc/) are loaded for this model: prompt attention may use them too.
     avx512_kernels: bool = False
+    # Its projections read a GGUF's blocks through kernels/csrc/avx2 (fp32): attention takes that library's.
+    avx2_kernels: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +121,7 @@ def load(cfg: LoadConfig) -> LoadedModel:
     torch_device = resolve_device(cfg.device)
     if cfg.quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {cfg.quantization!r}")
+    report(PLANNING)
     setup = plan_linears(
         path,
         device=torch_device,
@@ -151,6 +156,7 @@ def load(cfg: LoadConfig) -> LoadedModel:
         logger.error("%s; loading %s again with a dense bf16 copy of its projections", exc, path.name)
         return load(replace(cfg, kernels=replace(cfg.kernels, gguf_dense_copy=True)))
     model.eval()
+    report(KERNELS)  # the layers take their kernels (packing tiles, self-checks)
     if block_only is not None and kernel is not None and blocks is not None:
         block_only.attach(model, kernel, parsed=blocks.linears)
     use_linear_methods(model, setup, path)
@@ -168,6 +174,7 @@ def load(cfg: LoadConfig) -> LoadedModel:
         context_length=model_cls.context_length(hf_config),
         eos_token_ids=_eos_token_ids(hf_config, tokenizer, model_dir),
         avx512_kernels=isinstance(kernel, Avx512Kernel),
+        avx2_kernels=isinstance(kernel, Avx2Kernel),
     )
     logger.info(
         "Loaded %s (%s, %.1fM params, %s on %s) in %.1fs",

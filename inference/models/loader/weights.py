@@ -18,6 +18,7 @@ from inference.models.gguf.reader import GGUFFile
 from inference.models.layers.linear import ShardedLinear
 from inference.models.quantization.gguf.block_only import BlockOnlyLoad
 from inference.models.quantization.gguf.formats import BlockMatrix, row_slice
+from inference.progress import LOADING_WEIGHTS, Throttled
 
 # Checkpoint entries with no parameter of ours: rotary caches some exporters save.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -43,7 +44,10 @@ def load_weights(
         owner = modules[name.rpartition(".")[0]]
         shards = owner.shard_offsets if isinstance(owner, ShardedLinear) else {"": None}
         pending.update((name, shard) for shard in shards)
+    total = len(pending)
+    progress = Throttled(LOADING_WEIGHTS, total)
     for name, tensor, rows in _gguf_tensors(model, gguf, blocks) if gguf else _checkpoint(model_dir):
+        progress(total - len(pending))
         if name.endswith(_IGNORED_SUFFIXES):
             continue
         ours = model.checkpoint_name(name)
@@ -57,6 +61,7 @@ def load_weights(
             # A checkpoint that already fuses them (Phi-3's qkv_proj, gate_up_proj) fills every shard.
             pending.difference_update((filled, each) for each in owner.shard_offsets)
         pending.discard((filled, shard))
+    progress(total - len(pending))
     if pending:
         missing = sorted({name for name, _ in pending})
         raise ValueError(f"checkpoint in {model_dir} is missing weights: {', '.join(missing[:8])}")

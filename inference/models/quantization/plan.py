@@ -122,8 +122,8 @@ def _block_kernel(
     # match an fp32 reference token for token.
     if resolved != "float32" or dtype != "auto" or not cpu.avx2_blocks:
         return None
-    if kernels.gguf_dense_copy is not None:  # asked for: the dense copy is the fp32 model itself
-        return None if kernels.gguf_dense_copy else "avx2"
-    # A Q4_0/Q4_1/Q8_0-only file (the bundled model) stays dense unless asked: its prompts are faster on
-    # oneDNN's fp32 GEMM than on the per-32 blocks.
-    return "avx2" if file_types & set(KQUANT_TYPES) else None
+    # The dense copy is the fp32 model itself, so only where asked for. The bundled Q4_1 model decoded 3-4x
+    # faster on its blocks (one thread, c=1; a 400-token prompt took no longer). It kept its dense
+    # copy while identical greedy requests could get two answers on the blocks: torch's fp32 attention,
+    # since replaced on this path by the AVX2 library's (issue 45).
+    return None if kernels.gguf_dense_copy else "avx2"

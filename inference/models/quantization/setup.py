@@ -30,6 +30,7 @@ from inference.models.quantization.int4 import Int4Method, int4_supported, pack_
 from inference.models.quantization.onednn import PackedMethod, pack_weight
 from inference.models.quantization.plan import CpuFacts, WeightPlan, plan_weights
 from inference.models.quantization.probe import kernel_cache, probe_cpu
+from inference.progress import KERNELS, report
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ def plan_linears(
         _check_int4(path, device, weights.dtype)
     cache, compiler = kernel_cache(kernels), kernels.kernel_compiler
     kernel: BlockKernel | None = None
+    if weights.blocks is not None:
+        report(KERNELS)  # the first load compiles them (minutes on a slow machine), later ones check them
     if weights.blocks == "avx512":  # the handle probe_cpu checked (one per process and setting)
         kernel = load_kernel(
             cache,

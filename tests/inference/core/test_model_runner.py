@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inference import LLMEngine, SamplingParams
 from inference.config import EngineConfig
 from inference.core.model_io import ScheduledChunk
 from inference.core.model_runner import ModelRunner
@@ -72,10 +73,14 @@ def test_max_model_len_beyond_the_model_context(tiny: LoadedModel) -> None:
         runner(tiny, max_model_len=40000, kv_cache_memory_bytes=1 << 30)
 
 
-def test_default_cpu_budget_covers_max_num_seqs_full_contexts(tiny: LoadedModel) -> None:
-    r = runner(tiny, kv_cache_memory_bytes=None, max_model_len=1024)
-    assert r.num_blocks == 8 * (1024 // 16)
-    assert r.max_model_len == 1024
+def test_default_cpu_budget_is_one_full_context_plus_a_share_per_other_sequence(
+    tiny: LoadedModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("INFO", logger="inference.core.model_runner"):
+        r = runner(tiny, kv_cache_memory_bytes=None, max_model_len=1024)
+    assert r.kv_capacity_tokens == 1024 + 7 * 64  # max_num_seqs 8: 7 others at 64 tokens each
+    assert r.num_blocks == (1024 + 7 * 64) // 16 and r.max_model_len == 1024
+    assert "(1024 + (8 - 1) x 64 = 1472 tokens)" in caplog.text and "in float32" in caplog.text
 
 
 def test_budget_below_one_block(tiny: LoadedModel) -> None:
@@ -159,3 +164,27 @@ def test_cpu_threads_follow_the_config(tiny: LoadedModel) -> None:
             EngineConfig(cpu_threads=0)
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_default_cache_preempts_when_outgrown_and_answers_alike(
+    tiny: LoadedModel, tiny_model_dir: Callable[[str], Path]
+) -> None:
+    """Four sequences of 150 tokens outgrow the default's 160 + 3 x 64 tokens: the scheduler preempts and
+    recomputes, and the greedy replies equal those of a cache that holds them all."""
+    prompts = [[(7 * i + j) % 500 + 3 for j in range(60)] for i in range(4)]
+    params = SamplingParams(temperature=0, max_tokens=90, ignore_eos=True)
+    replies = {}
+    for name, budget in (("default", None), ("roomy", 1 << 20)):
+        config = EngineConfig(
+            model=str(tiny_model_dir("qwen2")),
+            dtype="float32",
+            device="cpu",
+            max_model_len=160,
+            max_num_seqs=4,
+            kv_cache_memory_bytes=budget,
+        )
+        engine = LLMEngine(config, loaded=tiny)
+        replies[name] = [out.outputs[0].token_ids for out in engine.generate(prompts, params)]
+        preemptions = engine.stats().num_preemptions
+        assert (preemptions > 0) == (name == "default"), (name, preemptions)
+    assert replies["default"] == replies["roomy"]

@@ -61,13 +61,10 @@ def test_an_fp32_cpu_without_avx512_bf16_plans_the_blocks_when_its_dtype_is_auto
     # The bundled model's Q8_0 embedding is its tied head's: its blocks are looked up, not held again.
     assert shape.lookup_params > 0 and shape.lookup_bytes == 0
     held = shape.block_params + shape.lookup_params
-    # Q4_1 and Q8_0 only: dense by default, the blocks when asked for
+    # Q4_1 and Q8_0 only, without K-quants: the blocks by default too (issue 45)
     assert shape.file_types is not None and not shape.file_types & set(KQUANT_TYPES)
-    assert (
-        weights(avx2, dtype="auto", gguf_dense_copy=False)
-        == (shape.num_params - held) * 4 + shape.block_bytes
-    )
-    assert weights(avx2, dtype="auto") == shape.num_params * 4
+    blocks = (shape.num_params - held) * 4 + shape.block_bytes
+    assert weights(avx2, dtype="auto") == weights(avx2, dtype="auto", gguf_dense_copy=False) == blocks
     assert weights(avx2, dtype="float32") == shape.num_params * 4
     assert weights(avx2, dtype="auto", gguf_dense_copy=True) == shape.num_params * 4
     assert weights(avx2, dtype="auto", gguf_kernels=False, gguf_dense_copy=False) == shape.num_params * 4
@@ -81,8 +78,8 @@ def test_the_plan_matches_what_the_loaded_model_holds(test_cache_dir: Path) -> N
     fp32 with the AVX2 ones."""
     device = probe_device("cpu", CpuKernelConfig(cache_dir=str(test_cache_dir)))
     settings: dict[str, object] = {}
-    if device.avx2_blocks:  # the bundled file has no K-quants: it reads its blocks when asked to
-        settings = {"dtype": "auto", "gguf_dense_copy": False}
+    if device.avx2_blocks:  # fp32 on its blocks: the default there
+        settings = {"dtype": "auto"}
     elif device.block_kernels and load_kernel(test_cache_dir) is not None:
         settings = {"dtype": "bfloat16", "gguf_dense_copy": False}  # blocks only, with or without AMX
     else:
@@ -93,3 +90,22 @@ def test_the_plan_matches_what_the_loaded_model_holds(test_cache_dir: Path) -> N
     assert planned < read_shape(default_gguf_path()).num_params * 2
     assert abs(planned - held) <= 0.02 * held, (planned, held)
     assert psutil.Process().memory_info().rss > held
+
+
+def test_the_kv_cache_is_planned_by_the_engines_rule_in_its_dtype() -> None:
+    """The plan sizes the CPU default KV cache with kv_budget's function, as the runner does, and says so."""
+    from inference.manager.memory_plan import describe
+
+    shape = read_shape(default_gguf_path())
+    fp32_cpu = DeviceFacts("cpu", 16 << 30, 8 << 30, 4)  # a laptop without AVX512-BF16: dtype auto is fp32
+    per_token_fp32 = 2 * 30 * 3 * 64 * 4
+    plain = estimate("m", "model", EngineConfig(device="cpu"), shape, fp32_cpu)
+    assert plain.kv_bytes_per_token == per_token_fp32
+    assert plain.kv_bytes == (8192 + 63 * 64) * per_token_fp32  # 537 MiB, where 2 GiB was the old default
+    assert plain.kv_extra_tokens == 63 * 64 and plain.kv_sequences == 1
+    assert "(8192 + (64 - 1) x 64 = 12224 tokens)" in describe(plain)
+    half = estimate("m", "model", EngineConfig(device="cpu", kv_cache_dtype="float16"), shape, fp32_cpu)
+    assert half.kv_bytes_per_token == per_token_fp32 // 2 and half.kv_bytes == plain.kv_bytes // 2
+    fixed = estimate("m", "model", EngineConfig(device="cpu", kv_cache_memory_bytes=1 << 30), shape, fp32_cpu)
+    assert fixed.kv_bytes == 1 << 30 and fixed.kv_sequences == 0
+    assert "kv_cache_memory_bytes=1073741824" in describe(fixed)

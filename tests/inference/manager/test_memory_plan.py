@@ -82,3 +82,12 @@ def test_gpu_models_within_their_ceilings_fit() -> None:
     second = _model("b", 1, 10, 1, ceiling_bytes=90 * GIB, fills_ceiling=True)
     plan = plan_memory([first, second], budget_bytes=None, budget_source="-", device_total_bytes=100 * GIB)
     assert plan.ok and plan.fits == ["a", "b"]
+
+
+def test_the_cpu_default_rule_suggests_a_length_after_the_other_sequences_share() -> None:
+    # One full context plus 1024 tokens for the other sequences: the fitting length is the room left after
+    # those 1024 tokens.
+    model = _model("a", 0, 1, 4, kv_extra_tokens=1024)
+    message = plan_memory([model], budget_bytes=3 * GIB, budget_source="x").problems["a"]
+    assert "max_model_len to 1024 or less (or a lower max_num_seqs) (now 4096)" in message
+    assert "kv_cache_memory_bytes to 2147483648 or less" in message

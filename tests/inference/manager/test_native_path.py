@@ -58,12 +58,8 @@ def test_an_unsupported_architecture_is_not_native_and_the_registry_decides(
         (GGMLQuantizationType.Q4_0, EngineConfig(dtype="float32"), CPU_BF16, "fp32 dense"),
         (GGMLQuantizationType.Q4_0, EngineConfig(), CPU_PLAIN, "fp32 dense"),  # no block kernels here
         (GGMLQuantizationType.Q4_0, EngineConfig(gguf_dense_copy=False), CPU_AVX2, GGUF_BLOCKS),
-        (
-            GGMLQuantizationType.Q4_0,
-            EngineConfig(),
-            CPU_AVX2,
-            "fp32 dense",
-        ),  # no K-quants: dense unless asked
+        (GGMLQuantizationType.Q4_0, EngineConfig(), CPU_AVX2, GGUF_BLOCKS),  # without K-quants too
+        (GGMLQuantizationType.Q4_0, EngineConfig(gguf_dense_copy=True), CPU_AVX2, "fp32 dense"),
         (GGMLQuantizationType.Q8_0, EngineConfig(dtype="float32"), CPU_AVX2, "fp32 dense"),  # exact, by name
         (
             GGMLQuantizationType.Q4_0,

@@ -12,9 +12,9 @@ from inference import EngineConfig, ModelManager
 from inference.api import ATTENTION_BACKENDS
 from inference.models.layers.attention import BACKEND_NAMES
 from tests.webapp.console.conftest import SizedFakeEngine
-from webapp.console.forms import TUNING_HELP
 from webapp.console.models import AuditLog
 from webapp.console.registry import engine_config_for
+from webapp.console.tuning_text import TUNING_HELP
 from webapp.core.engine_settings import engine_overrides, engine_settings_get
 from webapp.core.models import EngineSettings, ModelRegistration
 from webapp.serving.runtime import get_runtime
@@ -28,6 +28,7 @@ VALID = {
     "enable_prefix_caching": "on",
     "attention_backend": "",
     "enforce_eager": "",
+    "kv_cache_dtype": "",
     "default_temperature": "0.7",
     "default_top_p": "0.9",
     "default_max_tokens": "256",
@@ -58,6 +59,7 @@ def test_every_field_is_explained(staff_client: Client, manager: ModelManager) -
         ("max_num_batched_tokens", "4", "must be at least max_num_seqs"),
         ("attention_backend", "magic", "Select a valid choice. magic is not one of the available choices."),
         ("enforce_eager", "maybe", "Select a valid choice. maybe is not one of the available choices."),
+        ("kv_cache_dtype", "fp8", "Select a valid choice. fp8 is not one of the available choices."),
     ],
 )
 def test_invalid_values_are_refused(
@@ -143,6 +145,7 @@ def test_engine_options_offer_mooncake_yaml_value(
         ("attention_backend", "torch", "torch", '<option value="torch" selected>'),
         ("enforce_eager", "on", True, '<option value="on" selected>'),
         ("enforce_eager", "off", False, '<option value="off" selected>'),
+        ("kv_cache_dtype", "float16", "float16", '<option value="float16" selected>'),
     ],
 )
 def test_engine_option_saves_audits_and_restarts(

@@ -27,8 +27,10 @@ def select_backend(
     num_kv_heads: int,
     head_dim: int,
     avx512_kernels: bool = False,
+    avx2_kernels: bool = False,
     sliding_window: bool = False,
     softcap: bool = False,
+    kv_dtype: torch.dtype | None = None,
 ) -> AttentionBackend:
     """With "auto" on CUDA: flash-attn where it reads the cache in place, else Triton, else torch.
 
@@ -37,7 +39,9 @@ def select_backend(
     its CUDA graphs instead (fp16/bf16 only for flash). On CPU "auto" is torch. Explicit choices fail
     loud; "triton" off CUDA needs TRITON_INTERPRET=1 (Triton's CPU interpreter, which the tests use).
     avx512_kernels: the caller loaded kernels/csrc/avx512's library; the torch backend then attends in bf16
-    through its prompt_attention op.
+    through its prompt_attention op, which reads a bf16 cache (kv_dtype: the cache's, None: `dtype`).
+    avx2_kernels: the model reads a GGUF's blocks through kernels/csrc/avx2 (fp32): every row then attends
+    through that library's paged_attention, one way whatever its step (SDPA's fp32 rows are not).
     sliding_window / softcap: some layer of the model needs that; every backend has both except a
     flash-attn too old for them, which "auto" then passes over and an explicit "flash_attn" refuses.
     """
@@ -45,7 +49,13 @@ def select_backend(
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
     cuda = device.type == "cuda"
     if name == "torch" or (name == "auto" and not cuda):
-        native = avx512_kernels and not cuda and dtype == torch.bfloat16 and head_dim in (32, 64, 128)
+        # prompt_attention reads a bf16 cache only: a kv_cache_dtype apart from it keeps SDPA there.
+        bf16 = dtype == torch.bfloat16 and kv_dtype in (None, torch.bfloat16)
+        native = avx512_kernels and not cuda and bf16 and head_dim in (32, 64, 128)
+        # paged_attention reads an fp32, bf16 or fp16 cache: SDPA would give this path two answers again.
+        fp32 = dtype == torch.float32 and kv_dtype in (None, torch.float32, torch.bfloat16, torch.float16)
+        if avx2_kernels and not cuda and fp32 and head_dim % 8 == 0 and head_dim <= 256:
+            return TorchAttentionBackend(native=True, library="mooncake_avx2")
         return TorchAttentionBackend(native=native)
     if name == "flash_attn" or (name == "auto" and block_size % PAGED_BLOCK_MULTIPLE == 0):
         flash = _flash_backend(name, cuda=cuda, dtype=dtype, block_size=block_size)

@@ -12,7 +12,9 @@ Where the model's native CPU kernels are loaded (a bf16 model from a GGUF on an 
 step's rows go through one native call per layer instead (csrc/avx512/prompt_attention.cpp): it reads K/V in
 place, costs about half of SDPA for a wave of short prompt chunks over a cached prefix and less for a long
 prompt, and computes each row the same way however its prompt was cut into chunks and whatever else the
-step holds.
+step holds. On the AVX2 block path (an fp32 model reading a GGUF's blocks) csrc/avx2/paged_attention.cpp
+does the same for fp32 queries: SDPA's fp32 rows there depend on their batch and chunk, which gave identical
+greedy requests two answers (issue 45).
 """
 
 from __future__ import annotations
@@ -95,9 +97,11 @@ class TorchAttentionMetadata:
 class TorchAttentionBackend(AttentionBackend):
     name = "torch"
 
-    def __init__(self, *, native: bool = False) -> None:
-        # True only where the caller loaded the native kernels and the cache is bf16 (see the module doc).
+    def __init__(self, *, native: bool = False, library: str = "mooncake_avx512") -> None:
+        # True only where the caller loaded a native library whose attention op fits the model (see the module
+        # doc): mooncake_avx512's prompt_attention (bf16), or mooncake_avx2's paged_attention (fp32 queries).
         self.native = native
+        self.library = library
 
     def build_metadata(self, layout: BatchLayout) -> TorchAttentionMetadata:
         meta = self.new_metadata(layout.slot_mapping)
@@ -169,7 +173,9 @@ class TorchAttentionBackend(AttentionBackend):
         if meta.all_decode:
             return self.decode(q, k_cache, v_cache, meta, scale, window=window, softcap=softcap)
         if meta.native_chunks is not None and meta.native_tables is not None:
-            return torch.ops.mooncake_avx512.prompt_attention(
+            op = getattr(torch.ops, self.library)
+            attention = op.prompt_attention if self.library == "mooncake_avx512" else op.paged_attention
+            return attention(
                 q.contiguous(),
                 k_cache,
                 v_cache,
@@ -198,8 +204,8 @@ class TorchAttentionBackend(AttentionBackend):
             # kernel, 11x slower than the flash kernel for a 400-token bf16 prompt.
             qi = q[span.q_start : span.q_end].transpose(0, 1)[None]
             if span.blocks is None:  # a fresh prompt: its first row sees key 0, so first == 0
-                ki = k[span.q_start : span.q_end].transpose(0, 1)[None]
-                vi = v[span.q_start : span.q_end].transpose(0, 1)[None]
+                ki = _as_cached(k[span.q_start : span.q_end], k_cache).transpose(0, 1)[None]
+                vi = _as_cached(v[span.q_start : span.q_end], v_cache).transpose(0, 1)[None]
             else:
                 # Only the blocks holding visible keys are gathered: a window bounds the work per chunk.
                 skip = first // block * block
@@ -246,3 +252,11 @@ class TorchAttentionBackend(AttentionBackend):
         return attend(
             q.unsqueeze(2), kd.to(q.dtype), vd.to(q.dtype), mask=mask, scale=scale, softcap=softcap
         ).squeeze(2)
+
+
+def _as_cached(fresh: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+    """Fresh keys or values as a later read of the cache gives them back: rounded to a narrower cache dtype
+    (kv_cache_dtype), so a prompt attends alike whether its prefix was computed now or found cached."""
+    if cache.dtype == fresh.dtype:
+        return fresh
+    return fresh.to(cache.dtype).to(fresh.dtype)

@@ -2,20 +2,21 @@
 
 At batch 1 on CPU a step is bound by reading the Q4 weights once, but through the module path another
 ~40% went to per-operator overhead: 30 layers x ~25 PyTorch ops, each a Python call and a dispatch
-(bench/NOTES.md). Where every projection of a Llama-family model reads a GGUF's blocks (GGUFDecodeMethod:
-Q4_0/Q4_1, Q8_0, or K-quants with integer activations) and the model has no biases or q/k norms, every
-decoding row of a step (speculative verification chunks included), max_rows per call, runs its layer stack
-in C++ around the same block kernels, with the same bf16 rounding points; the head stays in PyTorch. It stays
-ahead of the packed bf16 path at 64 rows too (69 vs 133 ms here). Prompt chunks, other models and GPUs keep
-the module path. So each generated token is computed alike whatever else its step holds (each block kernel
-gives a row the same bits at every row count). Prompt rows are too, and however their prompt is cut into
-chunks: the module path's linears give each row the same bits at any row count (the blocks' batch path, AMX
-tiles, quantization/amx_tiles.py, or oneDNN's AVX512-BF16 kernels), and its attention is
+(docs/design/fused-decode.md). Where every projection of a Llama-family model reads a GGUF's blocks
+(GGUFDecodeMethod: Q4_0/Q4_1, Q8_0, or K-quants with integer activations) and the model has no biases or q/k
+norms, every decoding row of a step (speculative verification chunks included), max_rows per call, runs its
+layer stack in C++ around the same block kernels, with the same bf16 rounding points; the head stays in
+PyTorch. It stays ahead of the packed bf16 path at 64 rows too (69 vs 133 ms here). Prompt chunks, other
+models and GPUs keep the module path. So each generated token is computed alike whatever else its step holds
+(each block kernel gives a row the same bits at every row count). Prompt rows are too, and however their
+prompt is cut into chunks: the module path's linears give each row the same bits at any row count (the blocks'
+batch path, AMX tiles, quantization/amx_tiles.py, or oneDNN's AVX512-BF16 kernels), and its attention is
 csrc/avx512/prompt_attention.cpp (attention/torch_backend.py).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,8 @@ from inference.models.layers.mlp import GatedMLP
 from inference.models.quantization.gguf.avx512 import KQUANT_ACTIVATIONS_OP, Avx512Kernel
 from inference.models.quantization.gguf.layout import BlockWeight, DecodeWeight, KQuantWeight
 from inference.models.quantization.gguf.method import GGUFDecodeMethod
+
+logger = logging.getLogger(__name__)
 
 # decode_layers' kind for Q4_0/Q4_1 and Q8_0 matrices (levels with (d, m) pairs); K-quants go by ggml's id.
 _DM_BLOCKS = 0
@@ -98,6 +101,12 @@ class FusedDecode:
                 counts.append(len(method.parts))
             cache = attn.attn
             if cache.k_cache.dtype != torch.bfloat16 or cache.k_cache.dim() != 4:
+                # Said, since it is a setting's doing (kv_cache_dtype) and costs the stack's speed.
+                logger.info(
+                    "Decoding rows keep the module path: the fused decode stack needs a bfloat16 KV cache, "
+                    "and this one is %s (kv_cache_dtype)",
+                    str(cache.k_cache.dtype).removeprefix("torch."),
+                )
                 return None
             k_caches.append(cache.k_cache)
             v_caches.append(cache.v_cache)

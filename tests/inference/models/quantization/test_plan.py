@@ -55,12 +55,13 @@ def test_bf16_blocks_keep_a_dense_copy_only_where_amx_tiles_are_missing() -> Non
     assert plan(AMX, files=None).blocks is None  # a safetensors folder
 
 
-def test_fp32_reads_blocks_only_when_its_dtype_is_auto_and_the_file_has_k_quants() -> None:
+def test_fp32_reads_blocks_when_its_dtype_is_auto_unless_the_dense_copy_is_asked_for() -> None:
     assert plan(AVX2, KQUANT_FILE).blocks == "avx2"
     assert plan(AVX2, KQUANT_FILE).embedding_lookup and not plan(AVX2, KQUANT_FILE).dense_copy
     assert plan(AVX2, KQUANT_FILE, dtype="float32").blocks is None  # float32 by name: exact fp32
-    assert plan(AVX2, Q4_FILE).blocks is None  # the bundled model stays dense unless asked
-    assert plan(AVX2, Q4_FILE, gguf_dense_copy=False).blocks == "avx2"
+    assert plan(AVX2, Q4_FILE).blocks == "avx2"  # the bundled model too (issue 45)
+    assert plan(AVX2, Q4_FILE).embedding_lookup and not plan(AVX2, Q4_FILE).dense_copy
+    assert plan(AVX2, Q4_FILE, gguf_dense_copy=True).blocks is None
     assert plan(AVX2, KQUANT_FILE, gguf_dense_copy=True).label == "fp32 dense"
 
 

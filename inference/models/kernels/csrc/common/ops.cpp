@@ -39,6 +39,10 @@ TORCH_LIBRARY(mooncake_avx2, m) {
   m.def("block_linear(Tensor x, Tensor levels, Tensor dm, Tensor? bias, bool wide) -> Tensor");
   m.def("kquant_linear(Tensor x, Tensor raw, int kind, Tensor? bias, bool wide) -> Tensor");
   m.def("quantized_input(Tensor x, int block, bool wide) -> Tensor");
+  // Attention of a step's rows over the paged KV cache, each row one way whatever its step (fp32 queries).
+  m.def(
+      "paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor tables, Tensor chunks, float scale, "
+      "int window=0, float softcap=0.0) -> Tensor");
 }
 
 #else

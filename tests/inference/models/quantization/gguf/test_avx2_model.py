@@ -74,14 +74,15 @@ def test_a_gguf_keeps_only_its_blocks_and_answers_like_its_fp32_reference(
     greedy tokens agree with transformers' fp32 model for both files (with llama.cpp's int8 activations,
     3 and 4 of 8)."""
     path = default_gguf_path() if which == "Q4_1" else q4_k_m_file
-    # A file without K-quants reads its blocks when asked to (gguf_dense_copy false): see the test below.
-    copy = False if which == "Q4_1" else None
-    loaded = load_model(str(path), dtype="auto", device="cpu", cache_dir=test_cache_dir, gguf_dense_copy=copy)
+    loaded = load_model(str(path), dtype="auto", device="cpu", cache_dir=test_cache_dir)
     assert loaded.dtype == torch.float32 and not loaded.avx512_kernels
     linears = [m for m in loaded.model.modules() if isinstance(m, Linear)]
     projections = [m for m in linears if isinstance(m.method, GGUFBlocksMethod)]
     assert len(projections) == 30 * 4
-    assert all(isinstance(m.method.kernel, Avx2Kernel) and m.weight.numel() == 0 for m in projections)
+    assert all(m.weight.numel() == 0 for m in projections)
+    assert all(
+        isinstance(m.method, GGUFBlocksMethod) and isinstance(m.method.kernel, Avx2Kernel) for m in linears
+    )
     embedding = loaded.model.model.embed_tokens  # type: ignore[union-attr]
     head = loaded.model.tied_head
     assert isinstance(head, GGUFBlocksMethod) and isinstance(head.kernel, Avx2Kernel)
@@ -95,14 +96,13 @@ def test_a_gguf_keeps_only_its_blocks_and_answers_like_its_fp32_reference(
 
 
 @pytest.mark.usefixtures("avx2_cpu")
-@pytest.mark.parametrize("dtype", ["float32", "auto"])
-def test_float32_by_name_or_a_file_without_k_quants_keeps_the_dense_weights(
-    dtype: str, test_cache_dir: Path
+@pytest.mark.parametrize("settings", [{"dtype": "float32"}, {"dtype": "auto", "gguf_dense_copy": True}])
+def test_float32_by_name_or_a_dense_copy_asked_for_keeps_the_dense_weights(
+    settings: dict[str, object], test_cache_dir: Path
 ) -> None:
-    """dtype float32, asked for by name, is for outputs equal to an fp32 reference: no quantized input. A
-    Q4_0/Q4_1/Q8_0-only file (the bundled model) stays dense by default too: its prompts ran faster on
-    oneDNN's fp32 GEMM than on its blocks."""
-    loaded = load_model(str(default_gguf_path()), dtype=dtype, device="cpu", cache_dir=test_cache_dir)
+    """dtype float32, asked for by name, is for outputs equal to an fp32 reference: no quantized input; a
+    dense copy asked for is the fp32 model itself."""
+    loaded = load_model(str(default_gguf_path()), device="cpu", cache_dir=test_cache_dir, **settings)
     linears = [m for m in loaded.model.modules() if isinstance(m, Linear)]
     assert linears and all(isinstance(m.method, DenseMethod) for m in linears)
 
@@ -110,10 +110,8 @@ def test_float32_by_name_or_a_file_without_k_quants_keeps_the_dense_weights(
 def test_cpu_isa_avx2_takes_this_path_on_any_cpu_with_avx2(test_cache_dir: Path) -> None:
     """No stand-in here: the setting itself caps the kernels, as a user measuring this path on a larger
     CPU would set it."""
-    loaded = load_model(
-        "default", device="cpu", cache_dir=test_cache_dir, gguf_dense_copy=False, cpu_isa="avx2"
-    )
-    assert loaded.dtype == torch.float32 and not loaded.avx512_kernels
+    loaded = load_model("default", device="cpu", cache_dir=test_cache_dir, cpu_isa="avx2")
+    assert loaded.dtype == torch.float32 and not loaded.avx512_kernels and loaded.avx2_kernels
     methods = [m.method for m in loaded.model.modules() if isinstance(m, Linear)]
     assert len(methods) == 30 * 4
     assert all(isinstance(m, GGUFBlocksMethod) and isinstance(m.kernel, Avx2Kernel) for m in methods)

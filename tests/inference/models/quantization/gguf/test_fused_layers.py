@@ -100,6 +100,24 @@ def test_only_bias_free_models_with_q4_blocks_take_it(
         model.args = args
 
 
+@pytest.mark.parametrize("kv_cache_dtype", ["float16", "float32"])
+def test_a_cache_that_is_not_bf16_keeps_the_module_path_and_says_so(
+    bf16_model: LoadedModel, kv_cache_dtype: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stack reads bf16 K/V in place; with another kv_cache_dtype the modules decode (and attend
+    through SDPA, not the bf16 prompt_attention op), and still answer."""
+    with caplog.at_level("INFO", logger="inference.models.quantization.gguf.fused_layers"):
+        engine = make_engine(bf16_model, dtype="bfloat16", kv_cache_dtype=kv_cache_dtype, max_num_seqs=2)
+    runner = runner_of(engine)
+    assert runner.fused_decode is None and not getattr(runner.backend, "native", True)
+    assert (
+        "the fused decode stack needs a bfloat16 KV cache, and this one is " + kv_cache_dtype in caplog.text
+    )
+    prompt = chat_ids(bf16_model.tokenizer, "What is 2 + 2?")
+    out = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))[0]
+    assert len(out.outputs[0].token_ids) == 8
+
+
 def test_indexes_outside_the_cache_are_refused_before_any_read(bf16_model: LoadedModel) -> None:
     engine = make_engine(bf16_model, dtype="bfloat16", max_num_seqs=1)
     fused = runner_of(engine).fused_decode
