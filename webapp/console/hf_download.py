@@ -1,14 +1,26 @@
 """The Hugging Face Hub import's work, in a Celery worker: list the repo, download the weights, config and
-tokenizer files into the first model root, then register the folder, with the job row showing progress."""
+tokenizer files into the first model root, then register the folder, with the job row showing progress.
+
+The job row is the channel both ways: the worker writes the bytes fetched of the current file there (at
+most every PROGRESS_INTERVAL_S), and each such write only lands while the job is still running, so an
+admin's Cancel (webapp.console.hf_import.hf_import_cancel) stops the download at its next write; the
+worker then removes what it had fetched.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import shutil
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
+from tqdm.std import tqdm
 
 from webapp.console.models import ConsoleJob
 from webapp.console.paths import allowed_roots
@@ -18,6 +30,8 @@ from webapp.core.models import ModelRegistration
 
 KIND = "hf_import"
 PROBE_TIMEOUT_S = 10.0
+PROGRESS_INTERVAL_S = 0.5  # between progress writes: also how soon a Cancel takes (plus one network read)
+ACTIVE = (ConsoleJob.State.PENDING, ConsoleJob.State.RUNNING)
 # Weights as safetensors plus config, tokenizer and chat template (newer repos keep it in its own .jinja
 # file); never pickled checkpoints.
 WANTED = ("*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.tiktoken", "*.jinja")
@@ -39,14 +53,68 @@ def free_aliases(repo_id: str) -> list[str]:
     return [alias for alias in repo_names(repo_id).aliases if alias not in taken]
 
 
+class ImportCancelled(Exception):
+    """The admin cancelled the import (the job row no longer reads running)."""
+
+
 def _update(job: ConsoleJob, **fields: object) -> None:
+    """Write `fields` while the job is still active; ImportCancelled once it is not (cancelled)."""
+    written = ConsoleJob.objects.filter(pk=job.pk, state__in=ACTIVE).update(
+        **fields, updated_at=timezone.now()
+    )
+    if not written:
+        raise ImportCancelled
     for name, value in fields.items():
         setattr(job, name, value)
-    job.save(update_fields=[*fields, "updated_at"])
 
 
 def fail(job: ConsoleJob, message: str) -> None:
-    _update(job, state=ConsoleJob.State.FAILED, message=message)
+    """Mark the job failed, unless it was cancelled meanwhile (then it stays cancelled)."""
+    with contextlib.suppress(ImportCancelled):
+        _update(job, state=ConsoleJob.State.FAILED, message=message)
+
+
+class _FileProgress:
+    """The bytes of the file being fetched, written to the job row at most every PROGRESS_INTERVAL_S."""
+
+    def __init__(self, job: ConsoleJob, index: int, count: int) -> None:
+        self.job, self.index, self.count = job, index, count
+        self.done, self.total, self._written = 0, 0, 0.0
+
+    def start(self, total: int | None, initial: int) -> None:
+        self.total, self.done = total or 0, initial  # initial: bytes an interrupted download kept
+        self.write()
+
+    def add(self, count: int) -> None:
+        self.done += count
+        if time.monotonic() - self._written >= PROGRESS_INTERVAL_S:
+            self.write()
+
+    def write(self) -> None:
+        self._written = time.monotonic()
+        share = min(1.0, self.done / self.total) if self.total else 0.0
+        _update(
+            self.job,
+            bytes_done=self.done,
+            bytes_total=self.total or None,
+            progress=(self.index - 1 + share) / self.count,
+        )
+
+    def bar_class(self) -> type[tqdm]:
+        """A progress bar class for huggingface_hub that draws nothing and feeds this object instead."""
+        progress = self
+
+        class JobBar(tqdm):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs.pop("name", None)
+                super().__init__(*args, **{**kwargs, "disable": True})
+                progress.start(kwargs.get("total"), int(kwargs.get("initial") or 0))
+
+            def update(self, n: float | None = 1) -> bool | None:
+                progress.add(int(n or 0))  # raises ImportCancelled out of the download: it stops there
+                return None
+
+        return JobBar
 
 
 def _probe(endpoint: str | None) -> None:
@@ -71,7 +139,10 @@ def hf_import_run(job_id: int) -> str:
     job = ConsoleJob.objects.get(pk=job_id)
     repo_id = job.target
     endpoint = getattr(settings, "MOONCAKE_HF_ENDPOINT", None) or None
-    _update(job, state=ConsoleJob.State.RUNNING, message="listing files", progress=0.0)
+    try:
+        _update(job, state=ConsoleJob.State.RUNNING, message="listing files", progress=0.0)
+    except ImportCancelled:
+        return "cancelled before it started"
     try:
         _probe(endpoint)
         files = [
@@ -99,9 +170,15 @@ def hf_import_run(job_id: int) -> str:
         return message
     try:
         for index, filename in enumerate(files, start=1):
-            _update(job, message=f"downloading {filename}")
-            hf_hub_download(repo_id, filename, local_dir=dest, endpoint=endpoint)
+            _update(job, message=f"downloading {filename} (file {index} of {len(files)})")
+            progress = _FileProgress(job, index, len(files))
+            hf_hub_download(
+                repo_id, filename, local_dir=dest, endpoint=endpoint, tqdm_class=progress.bar_class()
+            )
             _update(job, progress=index / len(files))
+    except ImportCancelled:
+        shutil.rmtree(dest, ignore_errors=True)  # the folder is this import's alone (checked above)
+        return f"cancelled; removed {dest}"
     except Exception as exc:
         message = (
             f"Download of {repo_id} failed ({type(exc).__name__}: {exc}). Check the network or the mirror "
@@ -109,11 +186,15 @@ def hf_import_run(job_id: int) -> str:
         )
         fail(job, message)
         return message
+    message = f"imported into {dest}; load it from the models page"
+    try:  # marked done first: a Cancel that came after the last byte still wins, and leaves nothing behind
+        _update(job, state=ConsoleJob.State.SUCCEEDED, message=message, progress=1.0)
+    except ImportCancelled:
+        shutil.rmtree(dest, ignore_errors=True)
+        return f"cancelled; removed {dest}"
     ModelRegistration.objects.get_or_create(
         name=model_name_for(repo_id),
         defaults={"source": str(dest.resolve()), "aliases": free_aliases(repo_id)},
     )
     publish("worker")  # every replica registers it now rather than at its next periodic pass
-    message = f"imported into {dest}; load it from the models page"
-    _update(job, state=ConsoleJob.State.SUCCEEDED, message=message, progress=1.0)
     return message

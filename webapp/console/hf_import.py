@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.utils import timezone
 
-from webapp.console.hf_download import KIND, fail, model_name_for
+from webapp.console.hf_download import ACTIVE, KIND, fail, model_name_for
 from webapp.console.models import ConsoleJob
 from webapp.console.tasks import import_hf_model
 from webapp.core.models import ModelRegistration
@@ -41,3 +42,13 @@ def hf_import_start(*, actor: AbstractBaseUser | AnonymousUser, repo_id: str) ->
     ConsoleJob.objects.filter(pk=job.pk).update(celery_id=str(result.id))
     job.refresh_from_db()
     return job
+
+
+def hf_import_cancel(*, job: ConsoleJob) -> bool:
+    """Cancel an import: a queued one never starts, a running one stops at its next progress write and
+    removes the files it fetched (webapp.console.hf_download). False when it had already ended."""
+    cancelled = ConsoleJob.objects.filter(pk=job.pk, kind=KIND, state__in=ACTIVE).update(
+        state=ConsoleJob.State.CANCELLED, message="cancelled", updated_at=timezone.now()
+    )
+    job.refresh_from_db()
+    return bool(cancelled)

@@ -31,11 +31,15 @@ class ConsoleJob(models.Model):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        CANCELLED = "cancelled"
 
     kind = models.CharField(max_length=32)
     target = models.CharField(max_length=300)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     progress = models.FloatField(default=0.0)  # 0..1
+    # Of the file being downloaded (hf_download): bytes so far and in all (None: not known yet).
+    bytes_done = models.BigIntegerField(null=True, blank=True)
+    bytes_total = models.BigIntegerField(null=True, blank=True)
     message = models.TextField(blank=True)
     celery_id = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(

@@ -23,9 +23,11 @@ def take_up_saved_models() -> None:
 
 
 def register_saved_models() -> None:
+    from webapp.console.model_files import ensure_model_root
     from webapp.console.reconcile import reconcile
     from webapp.console.replication import model_sync
 
+    ensure_model_root()  # a new install has no models folder: uploads and imports go there
     take_up_saved_models()
     model_sync().start(reconcile)
 

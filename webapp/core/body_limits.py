@@ -32,8 +32,21 @@ DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
 
 
+# Paths whose bodies have a limit of their own, registered by their app at start (the console's chunked
+# model upload): prefix -> bytes.
+_PATH_LIMITS: dict[str, int] = {}
+
+
+def register_body_limit(prefix: str, limit: int) -> None:
+    """Give requests to paths under `prefix` their own body limit, whatever the site-wide one is."""
+    _PATH_LIMITS[prefix] = limit
+
+
 def body_limit(path: str) -> int | None:
     """The most bytes a request body to `path` may have, or None for no limit."""
+    for prefix, own in _PATH_LIMITS.items():
+        if path.startswith(prefix):
+            return own
     if path.startswith(API_PREFIXES):
         limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     else:

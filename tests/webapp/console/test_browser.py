@@ -81,7 +81,10 @@ def test_unload_reload_and_live_dashboard(browser: Any, server: LiveDaphne) -> N
     row.get_by_role("button", name="Unload").click()
     page.wait_for_selector(f"tr[data-model='{model}'][data-state=available]", timeout=60_000)
     assert asked == [f"Unload {model}?"]
-    assert page.locator(f"tr[data-model='{model}'] .badge.state-available").inner_text() == "not loaded"
+    assert (
+        page.locator(f"tr[data-model='{model}'] .badge.state-available").inner_text()
+        == "not loaded (loads when picked)"
+    )
     assert server.get("/health")[0] == 503
     page.locator(f"tr[data-model='{model}']").get_by_role("button", name="Load").click()
     page.wait_for_selector(f"tr[data-model='{model}'][data-state=loading]", timeout=10_000)

@@ -77,7 +77,7 @@ def test_import_reports_progress_and_registers(
     ]  # fmt: skip
     progress: list[float] = []
 
-    def download(repo_id: str, filename: str, *, local_dir: Path, endpoint: str | None) -> str:
+    def download(repo_id: str, filename: str, *, local_dir: Path, endpoint: str | None, **_: Any) -> str:
         progress.append(ConsoleJob.objects.get().progress)  # what the jobs page shows meanwhile
         target = Path(local_dir) / filename
         target.parent.mkdir(parents=True, exist_ok=True)

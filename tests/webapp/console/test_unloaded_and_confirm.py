@@ -15,7 +15,7 @@ from inference import ModelManager
 from tests.webapp.console.conftest import MIB, SizedFakeEngine
 from webapp.accounts.models import ApiKey
 from webapp.console.registry import sync_manager
-from webapp.console.templatetags.console import state_label
+from webapp.serving.model_states import state_label
 
 
 def row_of(html: str, name: str) -> str:
@@ -64,8 +64,8 @@ def test_available_reads_not_loaded_on_the_models_page(staff_client: Client, man
     sync_manager()
     row = row_of(staff_client.get(reverse("console:models")).content.decode(), "base")
     assert 'data-state="available"' in row  # attributes keep the API's value
-    assert '<span class="badge state-available">not loaded</span>' in row
-    assert state_label("available") == "not loaded" and state_label("loaded") == "loaded"
+    assert '<span class="badge state-available">not loaded (loads when picked)</span>' in row
+    assert state_label("available") == "not loaded (loads when picked)" and state_label("loaded") == "ready"
 
 
 @pytest.mark.database

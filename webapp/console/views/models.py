@@ -14,9 +14,11 @@ from webapp.console.audit import audit_record
 from webapp.console.forms import ModelDefaultsForm, RegisterHubForm, RegisterLocalForm
 from webapp.console.groups import model_access_set
 from webapp.console.hf_import import HubImportError, hf_import_start
+from webapp.console.model_files import unregistered_models
 from webapp.console.organisation_forms import ModelAccessForm
 from webapp.console.paths import allowed_roots
 from webapp.console.selectors import model_rows
+from webapp.console.uploads import CHUNK_BYTES, max_upload_bytes
 from webapp.console.views.access import staff_required
 from webapp.core.errors import MooncakeError
 from webapp.core.models import ModelRegistration
@@ -54,14 +56,23 @@ def _page(
         "local_form": local_form or RegisterLocalForm(),
         "hub_form": RegisterHubForm(),
         "model_roots": allowed_roots(),
+        "model_files": unregistered_models(),
+        "upload_chunk_bytes": CHUNK_BYTES,
+        "upload_max_bytes": max_upload_bytes(),
     }
     return render(request, "console/models.html", context, status=status)
+
+
+# A refused register form comes back to the models page (Post/Redirect/Get): its URL and tab stay right, and a
+# reload does not post it again. The fields wait in the session for that one page view.
+_REFUSED_FORM = "console-register-refused"
 
 
 @staff_required
 @require_GET
 def models_page(request: HttpRequest) -> HttpResponse:
-    return _page(request)
+    refused = request.session.pop(_REFUSED_FORM, None)
+    return _page(request, RegisterLocalForm(refused) if isinstance(refused, dict) else None)
 
 
 @staff_required
@@ -85,7 +96,8 @@ def _done(request: HttpRequest, *, error: str = "", notice: str = "") -> HttpRes
 def model_register_local(request: HttpRequest) -> HttpResponse:
     form = RegisterLocalForm(request.POST)
     if not form.is_valid():
-        return _page(request, form, status=400)
+        request.session[_REFUSED_FORM] = {k: v for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}
+        return redirect("console:models")
     data = form.cleaned_data
     try:
         row = lifecycle.model_register(
