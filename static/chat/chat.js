@@ -83,7 +83,26 @@
       setTitle(item.querySelector(".conv-title").textContent);
     } else if (ev.type === "title") {
       setTitle(ev.title);
+    } else if (ev.type === "loading") {
+      showLoading(ev.done ? "" : ev.model);
     }
+  }
+
+  // While the chat's model loads for the reply asked for, the conversation says so; the typed text stays in
+  // the composer until the server saves it, once the model is ready (webapp.chat.model_loading).
+  function showLoading(model) {
+    let note = document.getElementById("model-loading");
+    root.dataset.loading = model ? "true" : "false";
+    if (!model) { if (note) { note.remove(); } return; }
+    if (!note) {
+      note = document.createElement("div");
+      note.id = "model-loading";
+      note.className = "model-loading";
+      note.setAttribute("role", "status");
+      list.appendChild(note);
+    }
+    note.textContent = "Loading " + model + "\u2026 The reply starts once it is ready.";
+    toBottom();
   }
 
   function setTitle(text) {
@@ -180,7 +199,7 @@
   form.addEventListener("submit", function (e) {
     e.preventDefault();
     const text = input.value;
-    if (!text.trim() || running) { return; }
+    if (!text.trim() || running || root.dataset.loading === "true") { return; }
     showError("");
     const id = nonce();
     pending[id] = function () { input.value = ""; autosize(); };

@@ -22,6 +22,7 @@ from webapp.accounts.models import RequestLog
 from webapp.accounts.request_log import RequestRecord, request_record_save
 from webapp.api.services.models import model_name
 from webapp.chat import selectors, services
+from webapp.chat.model_loading import ensure_model_ready
 from webapp.chat.models import Conversation, Message
 from webapp.core.errors import MODEL_RETRY_AFTER_S, InvalidRequest, MooncakeError, Unavailable
 from webapp.serving.chat_context import extend_chat_prompt
@@ -125,6 +126,9 @@ async def admit_send(
         # a used-up daily quota refuses the send here, logged like any refusal.
         own = await database_sync_to_async(admission_checks)(user_id=user_id)
         request.limit_checks = [*own, *request.limit_checks]
+        # A model that is not loaded loads now, memory allowing (the chat shows it loading meanwhile);
+        # otherwise the refusal names the model and why.
+        await ensure_model_ready(conversation=conversation, model=use.model, viewer=viewer)
         run = await get_runtime().generation.prepare(request)
     except BaseException as exc:
         error = await _refusal(exc, use.model)

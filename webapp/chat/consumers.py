@@ -19,6 +19,7 @@ from webapp.chat import events, guard, selectors
 from webapp.chat.errors import notice_for
 from webapp.chat.generation import chat_replies
 from webapp.chat.guard import CLOSE_POLICY_VIOLATION, FrameError, FrameLimiter, UserCheck, decode_frame
+from webapp.chat.model_loading import load_waits
 from webapp.chat.models import Conversation
 from webapp.chat.sockets import CLOSE_TOO_MANY_SOCKETS, OpenSockets
 from webapp.core.errors import InvalidRequest, MooncakeError, NotFound
@@ -27,6 +28,8 @@ from webapp.serving.runtime import get_runtime
 logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
+# Actions that write a reply with the chat's model (Continue keeps its reply's model: admission loads it).
+WAITS_FOR_MODEL = frozenset({"send", "edit", "regenerate"})
 CLOSE_NOT_FOUND = 4404
 
 
@@ -133,13 +136,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(events.error("server_error", "Something went wrong. Try again."))
 
     async def _dispatch(self, content: dict[str, Any]) -> None:
-        service = chat_replies()
         # Settings may have changed in another tab since connect; the chat may even be gone.
         try:
             await database_sync_to_async(self.conversation.refresh_from_db)()
         except Conversation.DoesNotExist as exc:
             raise NotFound("This chat was deleted.", code="not_found") from exc
         action = content.get("type")
+        if action in WAITS_FOR_MODEL:
+            # A model that is not loaded loads first, and the action runs once it is ready (off this socket).
+            act = lambda: self._act(action, content)  # noqa: E731
+            if await load_waits().defer(
+                conversation=self.conversation, model=self.conversation.model, act=act
+            ):
+                return
+        await self._act(action, content)
+
+    async def _act(self, action: Any, content: dict[str, Any]) -> None:
+        service = chat_replies()
         nonce = str(content.get("nonce") or "")[:64] or None
         if action == "send":
             await service.send(

@@ -46,10 +46,12 @@ def _notice(exc: BaseException, error: MooncakeError, *, model: str, loading: bo
             "context_too_long",
             f"This conversation is too long for the model: {error.message} {TOO_LONG_ADVICE}",
         )
+    # Each names the model: another may well be loaded (webapp.serving.on_demand words its own refusals).
+    named = model or "The default model"
     if code == "model_loading" or (code == "model_not_loaded" and loading):
-        return Notice("model_loading", "The model is still loading. Try again in a moment.")
+        return Notice("model_loading", f"{named} is still loading. Try again in a moment.")
     if code == "model_not_loaded":
-        return Notice("no_model", "No model is loaded. An administrator can load one in the console.")
+        return Notice("no_model", f"{named} is not loaded. Send again to load it, or pick another model.")
     if code == "model_not_found":
         return Notice(
             "unknown_model", f"The model “{model or 'default'}” is not available. Pick another in Settings."

@@ -45,6 +45,11 @@ def model(chat: Conversation, html: str) -> dict[str, Any]:
     return {"type": "model", "model": chat.model, "html": html}
 
 
+def model_loading(name: str, *, done: bool = False) -> dict[str, Any]:
+    """The chat's model is loading for the reply asked for (done: it finished, or could not load)."""
+    return {"type": "loading", "model": name, "done": done}
+
+
 def conversation(chat: Conversation) -> dict[str, Any]:
     """The chat's sidebar entry, so a first message puts a new chat at the top of the list."""
     html = render_to_string("chat/_conversation_item.html", {"c": chat, "current_id": chat.pk})

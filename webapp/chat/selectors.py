@@ -18,6 +18,7 @@ from webapp.core.errors import InvalidRequest, NotFound
 from webapp.core.selectors import model_defaults
 from webapp.core.site import site_settings
 from webapp.serving.model_access import viewer_for_user, visible
+from webapp.serving.model_states import LOADING_STATES, StateView, describe
 from webapp.serving.runtime import get_runtime
 
 PAGE_SIZE = 30
@@ -41,13 +42,13 @@ class ModelChoice:
     task: str = "generate"
 
     @property
+    def view(self) -> StateView:
+        return describe(self.state)
+
+    @property
     def state_label(self) -> str:
-        """The picker's word: loaded, loading (or downloading, restarting), failed or not loaded."""
-        if self.state == "loaded":
-            return "loaded"
-        if self.state in ("downloading", "loading", "restarting"):
-            return "loading"
-        return "failed" if self.state == "failed" else "not loaded"
+        """The state in the one vocabulary every picker and the console use (webapp.serving.model_states)."""
+        return self.view.label
 
 
 def chat_defaults() -> ChatDefaults:
@@ -241,12 +242,23 @@ def available_models(*, user_id: int | None = None) -> list[ModelChoice]:
     """Models the manager knows about (those the user may use, when given), for the model switcher; empty
     when the engine is unavailable."""
     try:
-        infos = get_runtime().manager().list()
+        runtime = get_runtime()
+        infos = runtime.manager().list()
     except Exception:  # The page must render even when the engine failed to start.
         return []
     if user_id is not None:  # a model restricted to other groups is not even named
         infos = visible(viewer_for_user(user_id=user_id), infos)
-    return [ModelChoice(name=info.name, state=str(info.state), task=info.task) for info in infos]
+    return [ModelChoice(name=i.name, state=_state(runtime, i.name, str(i.state)), task=i.task) for i in infos]
+
+
+def _state(runtime: Any, name: str, state: str) -> str:
+    """A model whose load job has begun reads "loading" before the job's thread says so itself, so a
+    picker drawn just after a pick never shows it as still not loaded."""
+    if state == "available":
+        job = runtime.jobs.active_for(name)
+        if job is not None and job.kind == "load":
+            return "loading"
+    return state
 
 
 def chat_models(*, user_id: int | None = None) -> list[ModelChoice]:
@@ -256,10 +268,9 @@ def chat_models(*, user_id: int | None = None) -> list[ModelChoice]:
 
 
 def picker_models(*, user_id: int) -> list[ModelChoice]:
-    """The models for the chat header's picker (chat_models): loaded ones first, then loading, then the
-    rest, by name."""
-    rank = {"loaded": 0, "loading": 1}
-    return sorted(chat_models(user_id=user_id), key=lambda c: (rank.get(c.state_label, 2), c.name))
+    """The models for the chat header's picker (chat_models): ready ones first, then loading, then those
+    that load when picked, then the unavailable, by name."""
+    return sorted(chat_models(user_id=user_id), key=lambda c: (c.view.rank, c.name))
 
 
 def default_model_name() -> str:
@@ -272,5 +283,4 @@ def default_model_name() -> str:
 def model_is_loading(model: str) -> bool:
     """Whether `model` ("" = the default) is being downloaded, loaded, or restarted after a crash, now."""
     name = model or default_model_name()
-    busy = ("downloading", "loading", "restarting")
-    return any(choice.state in busy and choice.name == name for choice in available_models())
+    return any(choice.state in LOADING_STATES and choice.name == name for choice in available_models())

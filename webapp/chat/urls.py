@@ -15,6 +15,7 @@ urlpatterns = [
     path("<int:conversation_id>/delete/", views.delete, name="delete"),
     path("<int:conversation_id>/settings/", views.update_settings, name="settings"),
     path("<int:conversation_id>/model/", views.set_model, name="model"),
+    path("<int:conversation_id>/model/picker/", views.model_picker, name="model_picker"),
     path("<int:conversation_id>/export.json", views.export_json, name="export_json"),
     path("<int:conversation_id>/export.md", views.export_markdown, name="export_markdown"),
 ]

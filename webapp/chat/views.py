@@ -13,12 +13,11 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from webapp.chat import events, selectors, services, transfer
+from webapp.chat import events, model_loading, selectors, services, transfer
 from webapp.chat.forms import ImportForm, ModelForm, SettingsForm
 from webapp.chat.models import Conversation
 from webapp.core.errors import InvalidRequest
@@ -58,21 +57,15 @@ def _settings_context(
 
 
 def _picker_context(conversation: Conversation, error: str = "") -> dict[str, Any]:
-    models = selectors.picker_models(user_id=conversation.user_id)
-    return {
-        "conversation": conversation,
-        "picker_models": models,
-        "default_model": selectors.default_model_name(),
-        "model_missing": bool(conversation.model) and conversation.model not in {m.name for m in models},
-        "model_error": error,
-    }
+    return model_loading.picker_context(conversation, error)
 
 
-def _broadcast_model(conversation: Conversation) -> str:
-    """The picker for the chat's current model, sent to every tab of the chat; returns its HTML."""
-    html = render_to_string("chat/_model_picker.html", _picker_context(conversation))
+def _broadcast_model(conversation: Conversation, error: str = "") -> str:
+    """The picker for the chat's current model, sent to every tab of the chat; returns its HTML (with
+    `error`, why the picked model cannot load, for the tab that picked it only)."""
+    html = model_loading.picker_html(conversation)
     async_to_sync(events.broadcast)(conversation.pk, events.model(conversation, html))
-    return html
+    return model_loading.picker_html(conversation, error) if error else html
 
 
 @login_required
@@ -147,9 +140,13 @@ def update_settings(request: HttpRequest, conversation_id: int) -> HttpResponse:
     except InvalidRequest as exc:  # a model that became an embedding one since the form's check
         form.add_error("model", exc.message)
         return render(request, "chat/_settings.html", _settings_context(conversation, form), status=400)
-    if conversation.model != model_before:  # The header's picker, in every tab, shows the new model.
-        _broadcast_model(conversation)
-    return render(request, "chat/_settings.html", _settings_context(conversation, saved=True))
+    load_error = ""
+    if conversation.model != model_before:
+        # A model that is not loaded starts loading now (memory allowing); the panel says why one cannot.
+        load_error = model_loading.load_picked(conversation=conversation)
+        _broadcast_model(conversation)  # The header's picker, in every tab, shows the new model.
+    context = _settings_context(conversation, saved=True)
+    return render(request, "chat/_settings.html", {**context, "load_error": load_error})
 
 
 @login_required
@@ -167,7 +164,16 @@ def set_model(request: HttpRequest, conversation_id: int) -> HttpResponse:
         return render(
             request, "chat/_model_picker.html", _picker_context(conversation, exc.message), status=400
         )
-    return HttpResponse(_broadcast_model(conversation))
+    # Picking a model that is not loaded starts its load (memory allowing); the picker says why not.
+    return HttpResponse(_broadcast_model(conversation, model_loading.load_picked(conversation=conversation)))
+
+
+@login_required
+@require_GET
+def model_picker(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """The header's picker afresh: it asks for itself while a model loads, until the model is ready."""
+    conversation = selectors.conversation_get(user=_user(request), conversation_id=conversation_id)
+    return HttpResponse(model_loading.picker_html(conversation))
 
 
 def _download(body: str, *, filename: str, content_type: str) -> HttpResponse:

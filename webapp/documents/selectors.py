@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import User
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import Http404
 
 from webapp.chat.models import Conversation, Message
-from webapp.documents.models import Attachment, Collection, Document, MessageCitation
+from webapp.documents.models import Attachment, Collection, Document, DocumentChunk, MessageCitation
 
 
 def _documents() -> QuerySet[Document]:
@@ -42,6 +42,33 @@ def user_collections(*, user: User) -> list[Collection]:
             Prefetch("documents", queryset=_documents().order_by("name", "id"))
         )
     )
+
+
+def chat_uploads(*, user: User) -> list[Document]:
+    """Files the user uploaded in their chats (not yet kept in a collection), newest chat first: My
+    documents lists them with their chat."""
+    return list(
+        _documents()
+        .filter(owner=user, conversation__isnull=False)
+        .select_related("conversation")
+        .order_by("-conversation__updated_at", "conversation_id", "name", "id")
+    )
+
+
+SEARCH_LIMIT = 50
+
+
+def document_search(*, user: User, query: str) -> list[Document]:
+    """The user's documents (collections and chat uploads) whose name or text holds every word of
+    `query`, by name; at most SEARCH_LIMIT. Empty for a blank query."""
+    words = query.split()[:8]
+    if not words:
+        return []
+    qs = _documents().filter(owner=user)
+    for word in words:
+        in_text = DocumentChunk.objects.filter(document=OuterRef("pk"), text__icontains=word)
+        qs = qs.filter(Q(name__icontains=word) | Exists(in_text))
+    return list(qs.select_related("collection", "conversation").order_by("name", "id")[:SEARCH_LIMIT])
 
 
 def chat_documents(*, conversation: Conversation) -> list[Document]:

@@ -19,6 +19,9 @@ from webapp.documents.tasks import extract_document
 
 logger = logging.getLogger(__name__)
 
+# Where a chat's upload goes when it is kept for other chats (chat_upload_keep).
+CHAT_UPLOADS = "Chat uploads"
+
 
 def clean_name(name: str) -> str:
     """The file's own name, without folders or control characters, at most 255 characters."""
@@ -127,15 +130,39 @@ def collection_delete(*, collection: Collection) -> None:
     collection.delete()
 
 
+def chat_uploads_collection(*, owner: User) -> Collection:
+    """The owner's "Chat uploads" collection, made the first time one of their chat uploads is kept."""
+    collection, _ = Collection.objects.get_or_create(owner=owner, name=CHAT_UPLOADS)
+    return collection
+
+
+@transaction.atomic
+def chat_upload_keep(*, document: Document) -> Document:
+    """Keep a file uploaded in a chat for other chats: it moves into the owner's "Chat uploads" collection
+    and stays attached to its chat, which goes on reading it. Deleting that chat then leaves it in My
+    documents, as any collection document."""
+    chat_id = document.conversation_id
+    if chat_id is None:
+        return document
+    collection = chat_uploads_collection(owner=document.owner)
+    Document.objects.filter(pk=document.pk).update(conversation=None, collection=collection)
+    document.conversation, document.collection = None, collection
+    Attachment.objects.get_or_create(conversation_id=chat_id, collection=None, document=document)
+    return document
+
+
 def attach(
     *, conversation: Conversation, collection: Collection | None = None, document: Document | None = None
 ) -> Attachment:
-    """Attach one of the chat owner's collections, or one document of a collection, to the chat."""
+    """Attach one of the chat owner's collections, or one of their documents, to the chat; a file uploaded
+    in another chat is kept in "Chat uploads" first (chat_upload_keep), so either chat may be deleted."""
     target_owner = collection.owner_id if collection is not None else document.owner_id if document else None
     if (collection is None) == (document is None) or target_owner != conversation.user_id:
         raise InvalidRequest("Attach one of your own collections or documents.", code="invalid")
+    if document is not None and document.conversation_id == conversation.pk:
+        raise InvalidRequest(f"{document.name} was uploaded in this chat: it reads it already.")
     if document is not None and document.collection_id is None:
-        raise InvalidRequest("Only documents kept in a collection can be attached to other chats.")
+        document = chat_upload_keep(document=document)
     attachment, _ = Attachment.objects.get_or_create(
         conversation=conversation, collection=collection, document=document
     )

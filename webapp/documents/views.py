@@ -180,8 +180,12 @@ def document_attach(request: HttpRequest, document_id: int) -> HttpResponse:
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
     user = _user(request)
+    query = request.GET.get("q", "")[:200].strip()
     context = {
         "collections": selectors.user_collections(user=user),
+        "uploads": selectors.chat_uploads(user=user),
+        "query": query,
+        "results": selectors.document_search(user=user, query=query),
         "chats": selectors.recent_conversations(user=user),
         "accept": ACCEPT,
         "max_mib": settings.MOONCAKE_DOCUMENTS_MAX_BYTES / 1048576,

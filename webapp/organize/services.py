@@ -106,6 +106,49 @@ def share_revoke(*, share: Share) -> None:
         share.save(update_fields=["revoked_at"])
 
 
+@transaction.atomic
+def share_continue(*, share: Share, user: User) -> Conversation:
+    """A new chat of `user` that holds the shared thread as it reads on the shared page, to go on with.
+
+    Only what the page shows is copied: the thread's messages, in order. The owner's system prompt, other
+    versions, documents and ratings stay theirs; the new chat takes the viewer's own defaults."""
+    # Function-local: chat's services reach preferences, which reach organize's models at import.
+    from webapp.chat import selectors as chat_selectors
+    from webapp.chat import services as chat_services
+
+    thread = [
+        m
+        for m in chat_selectors.conversation_messages(conversation=share.conversation)
+        if m.content.strip() and m.status != Message.Status.ERROR
+    ]
+    if not thread:
+        raise InvalidRequest("This chat has no messages to continue from.", code="invalid")
+    conversation = chat_services.conversation_create(user=user, title=share.conversation.title)
+    conversation.title_is_custom = True  # the shared chat's title, not one to write anew
+    conversation.save(update_fields=["title_is_custom"])
+    parent: Message | None = None
+    for source in thread:
+        copy = Message(
+            conversation=conversation,
+            parent=parent,
+            role=source.role,
+            content=source.content,
+            # A reply still streaming on the owner's side is copied as far as it got.
+            status=Message.Status.STOPPED if source.status == Message.Status.STREAMING else source.status,
+            finish_reason=source.finish_reason,
+            model=source.model,
+            prompt_tokens=source.prompt_tokens,
+            completion_tokens=source.completion_tokens,
+            temperature=source.temperature,
+            top_p=source.top_p,
+            max_tokens=source.max_tokens,
+        )
+        copy.new_root = parent is None
+        copy.save()
+        parent = copy
+    return conversation
+
+
 def feedback_set(*, user: User, message: Message, rating: str, comment: str | None) -> Feedback | None:
     """Rate a reply; the same rating again with no comment takes it back (returns None).
 

@@ -19,4 +19,5 @@ urlpatterns = [
     path("organize/shares/<int:share_id>/revoke/", views.share_revoke, name="share-revoke"),
     path("organize/feedback/<int:message_id>/", views.feedback, name="feedback"),
     path("shared/<str:token>/", views.shared, name="shared"),
+    path("shared/<str:token>/continue/", views.shared_continue, name="shared-continue"),
 ]

@@ -190,11 +190,27 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
         "conversation": conversation,
         "messages_list": chat_selectors.conversation_messages(conversation=conversation),
         "is_owner": conversation.user_id == request.user.pk,
+        "token": token,
     }
     response = render(request, "organize/shared.html", context)
-    response["Referrer-Policy"] = "no-referrer"  # The token is in the URL: links out must not carry it.
+    # The token is in the URL: links out must not carry it. "same-origin", not "no-referrer": under that the
+    # browser sends "Origin: null" with the page's own form (Continue in a new chat), which CSRF refuses.
+    response["Referrer-Policy"] = "same-origin"
     response["Cache-Control"] = "private, no-store"
     return response
+
+
+@login_required
+@require_POST
+def shared_continue(request: HttpRequest, token: str) -> HttpResponse:
+    """Continue in a new chat: a copy of the shared thread becomes one of the viewer's chats, and opens."""
+    share = selectors.share_by_token(token=token)
+    try:
+        conversation = services.share_continue(share=share, user=_user(request))
+    except InvalidRequest as exc:
+        messages.error(request, exc.message)
+        return redirect("organize:shared", token=token)
+    return redirect("chat:detail", conversation_id=conversation.pk)
 
 
 @login_required

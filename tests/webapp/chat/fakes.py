@@ -79,6 +79,7 @@ class FakeManager:
     loaded: bool = True
     loading: bool = False
     downloading: bool = False  # a hub model's files being fetched before it loads
+    failed: str | None = None  # the error of a load that failed
     default_name: str = "fake-model"
 
     def get(self, name: str | None = None) -> FakeEngine:
@@ -97,6 +98,9 @@ class FakeManager:
             "loaded" if self.loaded
             else "downloading" if self.downloading
             else "loading" if self.loading
+            else "failed" if self.failed
             else "available"
         )  # fmt: skip
-        return [SimpleNamespace(name=self.engine.model_name, state=state, aliases=[], task="generate")]
+        info = SimpleNamespace(name=self.engine.model_name, state=state, aliases=[], task="generate")
+        info.error, info.memory_bytes = self.failed, None
+        return [info]

@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 
 from webapp.chat.generation import ChatReplies
+from webapp.chat.model_loading import LoadWaits
 from webapp.serving.runtime import get_runtime
 
 
 @pytest.fixture
 async def chat_background_settled() -> AsyncIterator[None]:
     yield
+    waits = get_runtime().peek_service(LoadWaits)
+    if waits is not None:  # actions waiting for a model to load: they may start replies
+        await waits.wait_idle()
     replies = get_runtime().peek_service(ChatReplies)
     if replies is not None:
         await replies.settle(grace=10.0)  # a reply a test left running is stopped after that

@@ -148,7 +148,7 @@ def test_model_picker_and_what_each_reply_used(browser: Any, server: LiveDaphne)
     assert options.first.get_attribute("value") == ""  # the server's default
     loaded = options.nth(1)
     name = loaded.get_attribute("value")
-    assert name and re.search(r" · loaded \(default\)$", loaded.inner_text())
+    assert name and re.search(r" · ready \(default\)$", loaded.inner_text())
     picker.select_option(name)
     page.wait_for_function(
         "name => document.getElementById('model-select').value === name"

@@ -187,6 +187,7 @@ async def test_edit_adds_a_version_and_answers_it(
     [
         ("too_long", "context_too_long"),
         ("no_model", "no_model"),
+        ("failed", "model_unavailable"),
         ("loading", "model_loading"),
         ("downloading", "model_loading"),
         ("unknown_model", "unknown_model"),
@@ -197,7 +198,11 @@ async def test_errors_before_saving_keep_history_clean(
 ) -> None:
     if setup == "too_long":
         fake_manager.engine.max_model_len = 20
-    elif setup in ("no_model", "loading", "downloading"):
+    elif setup == "no_model":  # no model is set up at all
+        fake_manager.default_name = None  # type: ignore[assignment]
+    elif setup == "failed":
+        fake_manager.loaded, fake_manager.failed = False, "RuntimeError: bad file"
+    elif setup in ("loading", "downloading"):
         fake_manager.loaded, fake_manager.loading = False, setup == "loading"
         fake_manager.downloading = setup == "downloading"
         # No wait for the load (webapp.serving.model_wait): the refusal past the bound is what is shown.
@@ -210,7 +215,11 @@ async def test_errors_before_saving_keep_history_clean(
         await chat.asave()
     ws = await connected(alice, chat.pk)
     await ws.send_json_to({"type": "send", "content": "Hello, is this too long for you?"})
-    event = await ws.receive_json_from()
+    event = await ws.receive_json_from(timeout=10)
+    if setup in ("loading", "downloading"):  # the chat says the model loads, then that it is taking long
+        assert event == {"type": "loading", "model": "fake-model", "done": False}
+        while event["type"] != "error":
+            event = await ws.receive_json_from()
     assert event["type"] == "error" and event["code"] == code and event["message"]
     assert await Message.objects.acount() == 0
     await ws.disconnect()

@@ -154,7 +154,7 @@ def test_bad_tree_upload_shows_the_reason(client: Client, alice: User) -> None:
 def test_model_picker(client: Client, alice: User, chat: Conversation, fake_engine: FakeEngine) -> None:
     client.force_login(alice)
     page = client.get(reverse("chat:detail", args=[chat.pk])).content.decode()
-    assert 'id="model-picker"' in page and "fake-model · loaded (default)" in page
+    assert 'id="model-picker"' in page and "fake-model · ready (default)" in page
     before = Conversation.objects.get(pk=chat.pk).updated_at
     url = reverse("chat:model", args=[chat.pk])
     response = client.post(url, {"model": "fake-model"}, HTTP_HX_REQUEST="true")
@@ -174,7 +174,7 @@ def test_model_picker(client: Client, alice: User, chat: Conversation, fake_engi
 
 
 @pytest.mark.django_db
-def test_picker_orders_loaded_models_first_and_leaves_out_embedding_models(
+def test_picker_orders_ready_models_first_and_leaves_out_embedding_models(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     choices = [
@@ -186,10 +186,10 @@ def test_picker_orders_loaded_models_first_and_leaves_out_embedding_models(
     ]
     monkeypatch.setattr(selectors, "available_models", lambda **_: choices)
     assert [(c.name, c.state_label) for c in selectors.picker_models(user_id=1)] == [
-        ("d", "loaded"),
-        ("c", "loading"),
-        ("a", "failed"),
-        ("b", "not loaded"),
+        ("d", "ready"),
+        ("c", "loading…"),
+        ("b", "not loaded (loads when picked)"),
+        ("a", "unavailable: failed to load"),
     ]
 
 

@@ -77,7 +77,7 @@ def test_detail_renders_markdown_safely(client: Client, chat: Conversation, fake
     assert "What is &lt;b&gt;2+2&lt;/b&gt;?" in html
     assert "12 tokens · prompt 30 · 41.5 tok/s" in html
     assert f'data-ws-path="/ws/chat/{chat.pk}/"' in html
-    assert "fake-model · loaded" in html  # The model switcher lists the manager's models.
+    assert "fake-model · ready" in html  # The model switcher lists the manager's models.
 
 
 @pytest.mark.database

@@ -222,13 +222,22 @@ def test_collections_page_create_upload_attach_delete(
     )
 
 
-def test_chat_uploads_cannot_be_attached_elsewhere(client_a: Client, alice: User, chat: Conversation) -> None:
+def test_a_chat_upload_attached_elsewhere_is_kept_in_chat_uploads(
+    client_a: Client, alice: User, chat: Conversation
+) -> None:
     document = services.document_upload(owner=alice, name="a.txt", data=b"a", conversation=chat)
     other = chat_services.conversation_create(user=alice)
     page = client_a.post(
         reverse("documents:attach", args=[document.pk]), {"conversation": other.pk}, follow=True
     )
-    assert "Only documents kept in a collection" in page.content.decode()
+    assert "Attached to the chat" in page.content.decode()
+    document.refresh_from_db()
+    assert document.conversation_id is None and document.collection is not None
+    assert document.collection.name == "Chat uploads"
+    # Both chats read it, and deleting the one it was uploaded in leaves it for the other.
+    assert set(Attachment.objects.values_list("conversation_id", flat=True)) == {chat.pk, other.pk}
+    chat.delete()
+    assert Document.objects.filter(pk=document.pk).exists()
 
 
 def test_citations_fragment(client_a: Client, chat: Conversation) -> None:

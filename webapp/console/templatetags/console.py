@@ -35,16 +35,6 @@ def params(value: int | None) -> str:
     return f"{value:,}"
 
 
-# The console's words for a model's state where the API's word misleads; the API keeps its values.
-_STATE_LABELS = {"available": "not loaded"}
-
-
-@register.filter
-def state_label(state: str) -> str:
-    """A model state as the console words it: "available" (registered, no engine running) is "not loaded"."""
-    return _STATE_LABELS.get(state, state)
-
-
 @register.filter
 def any_busy(rows: Iterable[Any]) -> bool:
     return any(row.busy for row in rows)

@@ -1,0 +1,110 @@
+"""Loading a model on demand, end to end: a live Daphne with the bundled model loaded and two more models
+registered (as from the console) but not loaded; a real browser sends with one, which loads while the chat
+shows "loading…" and then answers, and picks the other, which the header's picker follows to "ready".
+Zero console errors throughout."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
+from tests.webapp.chat.test_browser import log_in, set_max_tokens, wait_idle
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+USER, PASSWORD = "load-on-pick", "load-on-pick-password-1"
+EXTRA = ("smol-b", "smol-c")
+# Registered as the console registers a model: saved, then taken up by the server's sync, not loaded.
+REGISTER = """
+from webapp.core.models import ModelRegistration
+for name in {names!r}:
+    ModelRegistration.objects.get_or_create(name=name, defaults={{"source": "default"}})
+"""
+
+SET_MODEL = """
+from webapp.chat.models import Conversation
+Conversation.objects.filter(pk={chat_id}).update(model={model!r})
+"""
+
+
+def states(server: LiveDaphne) -> dict[str, str]:
+    models = json.loads(server.get("/health")[1]).get("models", [])
+    return {m["name"]: m["state"] for m in models}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
+    live = start_live_daphne(tmp_path_factory.mktemp("load-on-pick"))
+    try:
+        live.create_user(USER, PASSWORD)
+        live.shell(REGISTER.format(names=EXTRA))
+        deadline = time.monotonic() + 60
+        while not all(states(live).get(name) == "available" for name in EXTRA):
+            assert time.monotonic() < deadline, f"{states(live)}\n{live.log_tail()}"
+            time.sleep(0.5)
+        yield live
+    finally:
+        stop_live_daphne(live)
+
+
+def watch_errors(page: Any) -> list[str]:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return errors
+
+
+def test_a_send_loads_the_chats_model_showing_loading_then_the_reply(
+    browser: Any, server: LiveDaphne
+) -> None:
+    page = log_in(browser, server, username=USER, password=PASSWORD, viewport={"width": 1280, "height": 800})
+    errors = watch_errors(page)
+    chat_id = int(re.findall(r"/chat/(\d+)/", page.url)[0])
+    option = page.locator("#model-select option[value='smol-b']")
+    assert option.inner_text() == "smol-b · not loaded (loads when picked)"
+    set_max_tokens(page, 8)
+    # The chat's model set without a pick (as an older chat's is), so the send is what loads it.
+    server.shell(SET_MODEL.format(chat_id=chat_id, model="smol-b"))
+    page.reload()
+    page.wait_for_selector("#chat[data-connected=true]")
+    page.fill("#composer-input", "Say hello.")
+    page.press("#composer-input", "Enter")
+    note = page.wait_for_selector("#model-loading")
+    assert note is not None and note.inner_text().startswith("Loading smol-b")
+    assert page.locator("#messages .msg-user").count() == 0  # saved once the model is ready
+    page.wait_for_selector("#model-loading", state="detached", timeout=240_000)
+    wait_idle(page)
+    assert page.locator("#messages .msg-user").count() == 1
+    reply = page.locator("#messages .msg-assistant").last
+    assert "status-complete" in (reply.get_attribute("class") or "")
+    assert page.locator("#model-select option[value='smol-b']").inner_text() == "smol-b · ready"
+    assert states(server)["smol-b"] == "loaded"
+    assert errors == []
+    page.context.close()
+
+
+def test_picking_a_model_loads_it_and_the_picker_follows(browser: Any, server: LiveDaphne) -> None:
+    page = log_in(browser, server, username=USER, password=PASSWORD, viewport={"width": 1280, "height": 800})
+    errors = watch_errors(page)
+    picker = page.locator("#model-select")
+    assert picker.locator("option[value='smol-c']").inner_text() == "smol-c · not loaded (loads when picked)"
+    picker.select_option("smol-c")
+    page.wait_for_function(
+        "() => { const o = document.querySelector(\"#model-select option[value='smol-c']\");"
+        " return o && o.textContent.includes('loading'); }"
+    )
+    page.wait_for_function(
+        "() => { const o = document.querySelector(\"#model-select option[value='smol-c']\");"
+        " return o && o.textContent.trim() === 'smol-c · ready'; }",
+        timeout=240_000,
+    )
+    assert page.locator("#model-select").input_value() == "smol-c"
+    assert states(server)["smol-c"] == "loaded"
+    assert errors == []
+    page.context.close()
