@@ -5,14 +5,15 @@
   if (!root) return;
   const url = root.dataset.url;
   const css = () => getComputedStyle(document.documentElement);
-  const palette = () => [css().getPropertyValue("--accent").trim() || "#b5651d", css().getPropertyValue("--focus").trim() || "#2f6feb", css().getPropertyValue("--danger").trim() || "#b42318"];
+  const palette = () => [css().getPropertyValue("--accent").trim() || "#b5651d", css().getPropertyValue("--focus").trim() || "#2f6feb", css().getPropertyValue("--danger").trim() || "#b42318", css().getPropertyValue("--muted").trim() || "#6b6b6b"];
   const CHARTS = {
     throughput: [["tokens_per_s", "generated"], ["prompt_tokens_per_s", "prompt"]],
     queue: [["running", "running"], ["waiting", "waiting"]],
     kv: [["kv_pct", "KV %"]],
     ttft: [["ttft_p50", "p50"], ["ttft_p95", "p95"]],
     itl: [["itl_p50", "p50"], ["itl_p95", "p95"]],
-    events: [["preemptions", "preemptions"], ["errors", "errors"]],
+    // A caller's own 4xx (bad request, wrong key, its rate limit) apart from the server's 5xx failures.
+    events: [["preemptions", "preemptions"], ["aborts", "aborts"], ["server_errors", "server errors (5xx)"], ["client_errors", "client errors (4xx)"]],
     process: [["rss_mb", "RSS MiB"], ["cpu_percent", "CPU %"]],
   };
   const GPU_SERIES = [["gpu_mem_mb", "GPU MiB"], ["gpu_util", "GPU util %"]];

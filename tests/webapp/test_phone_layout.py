@@ -1,7 +1,9 @@
 """Every page of the site on a phone (390 x 844), in Debian's Chromium against a live Daphne (issue #17).
 
 - No page scrolls sideways: wide tables scroll inside their own wrapper, charts shrink to the screen.
-- The top bar is one row, and the chat composer shows its whole placeholder.
+- The top bar is one row with every link (Documents too), and the chat composer shows its whole placeholder.
+- The chat header cuts neither the title nor the model picker; attachment chips stay one scrolling row
+  (issue #47).
 - Flash messages float over the page (the layout does not move), and close with their button or Esc.
 
 The pages are those of webapp/*/urls.py that render HTML: login, sign-up and first-run setup, the chat (start
@@ -175,6 +177,7 @@ def visit(page: Any, url: str, ready: str | None = None) -> int:
 
 ADMIN_PAGES = [
     ("chat conversation", "/chat/", "chat"),  # the admin's draft chat (index redirects to it)
+    ("console overview", "/console/", None),
     ("console models", "/console/models/", None),
     ("console tuning", "/console/tuning/", None),
     ("console metrics", "/console/metrics/", "metrics"),
@@ -271,9 +274,69 @@ def test_top_bar_is_one_row_on_a_phone(admin_page: Any, server: LiveDaphne) -> N
     assert all(part["right"] <= PHONE["width"] for part in rows), rows
     # The logo still names the home link for screen readers, and every control stays on screen.
     assert admin_page.get_by_role("link", name="Mooncake").is_visible()
-    for name in ("Chat", "Console", "API"):
+    # Documents too (issue #47: it was hidden on phones to keep the row); Settings is a gear, still so named.
+    for name in ("Chat", "Documents", "Console", "API"):
         assert admin_page.locator(".nav").get_by_role("link", name=name).is_visible()
+    assert admin_page.locator(".topbar").get_by_role("link", name="Settings").is_visible()
     assert admin_page.get_by_role("button", name="Log out").is_visible()
+
+
+# The selected model's whole name (measured in the select's own font) against the room the select gives it.
+PICKER_FITS = """() => {
+  const select = document.getElementById("model-select");
+  const style = getComputedStyle(select);
+  const context = document.createElement("canvas").getContext("2d");
+  context.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  const text = select.options[select.selectedIndex].text;
+  const arrow = 20;  // Chromium's drop-down arrow
+  const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
+  const needed = Math.ceil(context.measureText(text).width + padding + arrow);
+  return { text, needed, width: select.clientWidth, right: select.getBoundingClientRect().right };
+}"""
+
+
+def test_chat_header_cuts_neither_title_nor_model_picker(admin_page: Any, server: LiveDaphne) -> None:
+    visit(admin_page, server.url + "/chat/", READY["chat"])
+    title = admin_page.locator("#title-input").bounding_box()
+    assert title is not None and title["width"] >= 0.7 * PHONE["width"], title  # was 78 px of 390
+    picker = admin_page.evaluate(PICKER_FITS)
+    assert picker["needed"] <= picker["width"] and picker["right"] <= PHONE["width"], picker
+    header = admin_page.locator(".chat-header").bounding_box()
+    assert header is not None and header["height"] <= 100, header  # two rows at most
+    assert admin_page.locator("#settings-toggle").is_visible()
+    assert_fits(admin_page, "chat header")
+
+
+CHIP_ROWS = """() => {
+  const chips = [...document.querySelectorAll("#doc-chips .doc-chip")];
+  const box = document.getElementById("doc-chips");
+  const tops = new Set(chips.map((c) => Math.round(c.getBoundingClientRect().top)));
+  return { count: chips.length, rows: tops.size, scrolls: box.scrollWidth > box.clientWidth,
+           overflowX: getComputedStyle(box).overflowX };
+}"""
+
+
+def test_attachment_chips_stay_one_scrolling_row(browser: Any, server: LiveDaphne) -> None:
+    page = log_in(browser, server, READER, READER_PASSWORD, "/settings/")
+    page.goto(server.url + "/chat/")  # the start page moves on to a new chat by itself (start.js)
+    page.wait_for_url(re.compile(r"/chat/\d+/$"))
+    page.wait_for_selector("#doc-tray .doc-manage")
+    names = [f"quarterly-report-{i}-with-a-long-name.txt" for i in range(3)]
+    page.set_input_files(
+        "#doc-file", files=[{"name": n, "mimeType": "text/plain", "buffer": b"Lighthouses."} for n in names]
+    )
+    page.wait_for_function("() => document.querySelectorAll('#doc-chips .doc-chip').length === 3")
+    chips = page.evaluate(CHIP_ROWS)
+    assert chips == {"count": 3, "rows": 1, "scrolls": True, "overflowX": "auto"}
+    assert_fits(page, "a chat with three attachments")
+    # The last chip is reached by scrolling the row, not the page (read in one go: htmx replaces a chip
+    # each second while its document is read).
+    scrolled, right = page.evaluate(
+        """() => { const box = document.getElementById("doc-chips"); box.scrollLeft = box.scrollWidth;
+                   return [box.scrollLeft > 0, box.lastElementChild.getBoundingClientRect().right]; }"""
+    )
+    assert scrolled and right <= PHONE["width"] + 0.5
+    page.context.close()
 
 
 COMPOSER_HEIGHTS = (

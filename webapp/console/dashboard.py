@@ -41,11 +41,13 @@ class Sample:
     itl_p50: float | None
     itl_p95: float | None
     preemptions: int  # since the previous sample
-    errors: int  # aborts + api_errors, since the previous sample
-    aborts: int  # this replica's engines' aborted requests
-    # API responses >= 400, read from the request log that all replicas share: each replica's count holds
-    # every replica's errors, so a total over replicas adds it once, not per replica (console.fleet).
-    api_errors: int
+    aborts: int  # this replica's engines' aborted requests (Stop, a client gone), since the previous sample
+    # Responses since the previous sample, read from the request log that all replicas share: each replica's
+    # count holds every replica's, so a total over replicas adds it once, not per replica (console.fleet).
+    # Apart, because a caller's own mistakes (4xx: a bad request, a wrong key, its rate limit) say nothing
+    # about the server's health, which 5xx (failures, overload) do.
+    client_errors: int
+    server_errors: int
     rss_mb: float
     cpu_percent: float
     gpu_mem_mb: float | None
@@ -58,6 +60,15 @@ def _quantile(values: list[float], q: float) -> float | None:
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
+
+
+def _error_counts(since: dt.datetime) -> tuple[int, int]:
+    """Responses logged since `since`: (4xx, 5xx)."""
+    logged = RequestLog.objects.filter(created_at__gte=since)
+    return (
+        logged.filter(status_code__gte=400, status_code__lt=500).count(),
+        logged.filter(status_code__gte=500).count(),
+    )
 
 
 class Sampler:
@@ -107,8 +118,7 @@ class Sampler:
             itl.extend(stats.itl_samples[-200:])
         elapsed = now - self._last_at if self._last_at else 0.0
         since = dt.datetime.fromtimestamp(self._last_at or now, tz=dt.UTC)
-        errors = RequestLog.objects.filter(created_at__gte=since, status_code__gte=400)
-        api_errors = errors.count() if self._last_at else 0
+        client_errors, server_errors = _error_counts(since) if self._last_at else (0, 0)
         prev = self._totals
 
         def delta(current: int, before: int) -> int:
@@ -131,9 +141,9 @@ class Sampler:
             itl_p50=_quantile(itl, 0.5),
             itl_p95=_quantile(itl, 0.95),
             preemptions=delta(totals.preemptions, prev.preemptions),
-            errors=aborts + api_errors,
             aborts=aborts,
-            api_errors=api_errors,
+            client_errors=client_errors,
+            server_errors=server_errors,
             rss_mb=self._process.memory_info().rss / 2**20,
             cpu_percent=self._process.cpu_percent(),
             gpu_mem_mb=gpu_mem,

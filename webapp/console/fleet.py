@@ -38,12 +38,11 @@ def _numbers(samples: Sequence[Sample], key: str) -> list[float]:
     return [v for s in samples if isinstance(v := s.get(key), int | float) and not isinstance(v, bool)]
 
 
-def total(samples: Sequence[Sample], *, api_errors: int) -> dict[str, Any]:
-    """The replicas' samples combined; `api_errors` is the shared request log's count, taken once.
+def total(samples: Sequence[Sample], *, client_errors: int, server_errors: int) -> dict[str, Any]:
+    """The replicas' samples combined; the error counts are the shared request log's, taken once.
 
-    Each sample's api_errors counts every replica's failed API responses (the request log is shared), so
-    adding them would count each error once per replica: errors are the engines' aborts, which are each
-    replica's own, plus that one count.
+    Each sample's counts hold every replica's failed responses (the request log is shared), so adding them
+    would count each error once per replica. Aborts are each replica's own engines': those add up.
     """
     combined: dict[str, Any] = {"t": max(_numbers(samples, "t"), default=None)}
     for key in SUMMED:
@@ -54,8 +53,8 @@ def total(samples: Sequence[Sample], *, api_errors: int) -> dict[str, Any]:
         combined["kv_usage"] = 0.0
     gpu = _numbers(samples, "gpu_mem_mb")
     combined["gpu_mem_mb"] = sum(gpu) if gpu else None  # None: no replica has a GPU
-    combined["api_errors"] = api_errors
-    combined["errors"] = combined["aborts"] + api_errors
+    combined["client_errors"] = client_errors
+    combined["server_errors"] = server_errors
     return combined
 
 
@@ -90,9 +89,13 @@ def snapshot(this_name: str, this_sample: Sample) -> dict[str, Any]:
     """The dashboard's fleet figures: {"total": ..., "replicas": [...]}."""
     rows = replica_rows(this_name, this_sample, live_replicas(), timezone.now())
     samples = [row["sample"] for row in rows if row["sample"] is not None]
-    # This replica's count covers its latest sample's window, as its own row's errors do.
-    api_errors = this_sample.get("api_errors")
+    # This replica's counts cover its latest sample's window, as its own row's do.
+    client, server = (this_sample.get(key) for key in ("client_errors", "server_errors"))
     return {
-        "total": total(samples, api_errors=api_errors if isinstance(api_errors, int) else 0),
+        "total": total(
+            samples,
+            client_errors=client if isinstance(client, int) else 0,
+            server_errors=server if isinstance(server, int) else 0,
+        ),
         "replicas": rows,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
@@ -45,6 +46,14 @@ class ModelRow:
     replicas: tuple[ReplicaModelState, ...] = ()  # every live replica's state, when there are several
     native_path: str = ""  # whether it runs in our engine and how (inference.manager.native_path)
     trouble: str = ""  # loaded, but its engine cannot serve now: why (an upstream down or refusing our key)
+    origin: str = ""  # a model registered at start (not in the console): where from, as its badge says
+
+    @property
+    def origin_title(self) -> str:
+        """The origin badge's tooltip."""
+        if self.origin == YAML_ORIGIN:
+            return f"Registered at start from {settings.MOONCAKE_CONFIG_PATH}"
+        return "The model that ships with Mooncake, registered at start: no mooncake.yaml names models here"
 
     @property
     def download_percent(self) -> int | None:
@@ -109,9 +118,24 @@ def model_rows() -> list[ModelRow]:
             replicas=replicas.get(info.name, ()),
             native_path=_native_path(registrations.get(info.name)),
             trouble=engine_trouble(manager, info) or "",
+            origin=_origin(registrations.get(info.name)),
         )
         for info in infos
     ]
+
+
+YAML_ORIGIN = "from mooncake.yaml"
+BUILTIN_ORIGIN = "built in"
+
+
+def _origin(registration: ModelRegistration | None) -> str:
+    """A row the server recorded at start (`builtin`) came from mooncake.yaml only where there is one: with
+    no file, it is the bundled default model, and a "from mooncake.yaml" badge sent admins looking for a
+    file that does not exist."""
+    if registration is None or not registration.builtin:
+        return ""
+    path = settings.MOONCAKE_CONFIG_PATH
+    return YAML_ORIGIN if path is not None and path.is_file() else BUILTIN_ORIGIN
 
 
 def _native_path(registration: ModelRegistration | None) -> str:

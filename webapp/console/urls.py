@@ -1,5 +1,4 @@
 from django.urls import path
-from django.views.generic import RedirectView
 
 from webapp.console.views import (
     accounts,
@@ -9,9 +8,11 @@ from webapp.console.views import (
     jobs,
     keys,
     models,
+    overview,
     requests,
     site,
     tuning,
+    uploads,
     usage,
     users,
 )
@@ -19,11 +20,17 @@ from webapp.console.views import (
 app_name = "console"
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="console:models"), name="index"),
+    path("", overview.overview_page, name="index"),
     path("models/", models.models_page, name="models"),
     path("models/table/", models.models_table, name="models-table"),
     path("models/register/", models.model_register_local, name="model-register"),
     path("models/import/", models.model_register_hub, name="model-import"),
+    path("models/files/register/", uploads.model_file_register_view, name="model-file-register"),
+    # Under uploads.UPLOADS_PATH, whose body limit is one chunk (apps.py).
+    path("models/uploads/", uploads.upload_start, name="model-upload-start"),
+    path("models/uploads/<str:name>/", uploads.upload_chunk, name="model-upload-chunk"),
+    path("models/uploads/<str:name>/finish/", uploads.upload_finish, name="model-upload-finish"),
+    path("models/uploads/<str:name>/discard/", uploads.upload_discard, name="model-upload-discard"),
     # `path:`: a model served under its hub id has a slash in its name (org/name).
     path("models/<path:name>/load/", models.model_load, name="model-load"),
     path("models/<path:name>/unload/", models.model_unload, name="model-unload"),
@@ -58,6 +65,7 @@ urlpatterns = [
     path("accounts/<int:pk>/reject/", accounts.account_reject_view, name="account-reject"),
     path("accounts/unlock/", accounts.lock_release_view, name="lock-release"),
     path("jobs/", jobs.jobs_page, name="jobs"),
+    path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job-cancel"),
     path("audit/", jobs.audit_page, name="audit"),
     path("feedback/", feedback.feedback_page, name="feedback"),
     path("feedback/chats/<int:pk>/", feedback.feedback_conversation, name="feedback-chat"),

@@ -21,8 +21,8 @@ from webapp.console.replication import GONE_AFTER_S, model_sync
 def sample(**figures: Any) -> dict[str, Any]:
     base = dashboard.Sample(
         t=time.time(), tokens_per_s=0.0, prompt_tokens_per_s=0.0, running=0, waiting=0, kv_usage=0.0,
-        ttft_p50=None, ttft_p95=None, itl_p50=None, itl_p95=None, preemptions=0, errors=0, aborts=0,
-        api_errors=0, rss_mb=0.0, cpu_percent=0.0, gpu_mem_mb=None, gpu_util=None,
+        ttft_p50=None, ttft_p95=None, itl_p50=None, itl_p95=None, preemptions=0, aborts=0,
+        client_errors=0, server_errors=0, rss_mb=0.0, cpu_percent=0.0, gpu_mem_mb=None, gpu_util=None,
     )  # fmt: skip
     return dataclasses.asdict(dataclasses.replace(base, **figures))
 
@@ -93,24 +93,38 @@ def test_one_replica_total_is_its_sample(staff_client: Client) -> None:
 
 
 def test_no_gpu_anywhere_is_none() -> None:
-    assert fleet.total([sample(), sample(rss_mb=3.0)], api_errors=0)["gpu_mem_mb"] is None
-    assert fleet.total([sample(), sample(gpu_mem_mb=5.0)], api_errors=0)["gpu_mem_mb"] == 5.0
+    no_errors = {"client_errors": 0, "server_errors": 0}
+    assert fleet.total([sample(), sample(rss_mb=3.0)], **no_errors)["gpu_mem_mb"] is None
+    assert fleet.total([sample(), sample(gpu_mem_mb=5.0)], **no_errors)["gpu_mem_mb"] == 5.0
 
 
-def test_api_error_counted_once_however_many_replicas_report(staff_client: Client) -> None:
+def test_api_errors_counted_once_however_many_replicas_report(staff_client: Client) -> None:
     data(staff_client)  # the first sample: the window starts here
     RequestLog.objects.create(endpoint="/v1/completions", status_code=503, duration_s=0.1)
     RequestLog.objects.create(endpoint="/v1/completions", status_code=200, duration_s=0.1)
     # The others saw the same shared request log; one of them also had two engine aborts.
-    replica("web-b", sample(errors=3, aborts=2, api_errors=1))
-    replica("web-c", sample(errors=1, aborts=0, api_errors=1))
+    replica("web-b", sample(aborts=2, server_errors=1))
+    replica("web-c", sample(aborts=0, server_errors=1))
     time.sleep(dashboard.MIN_INTERVAL)
     payload = data(staff_client)
     own = payload["samples"][-1]
-    assert (own["errors"], own["aborts"], own["api_errors"]) == (1, 0, 1)  # this replica's chart, as before
+    assert (own["aborts"], own["client_errors"], own["server_errors"]) == (0, 0, 1)  # this replica's chart
     assert len(payload["replicas"]) == 3
-    assert payload["total"]["api_errors"] == 1
-    assert payload["total"]["errors"] == 3  # the 503 once and web-b's two aborts, not 1 + 3 + 1
+    total = payload["total"]
+    assert (total["aborts"], total["client_errors"], total["server_errors"]) == (2, 0, 1)  # the 503 once
+
+
+def test_a_callers_4xx_is_not_a_server_error(staff_client: Client) -> None:
+    data(staff_client)
+    for status in (400, 401, 404, 429, 500, 503):
+        RequestLog.objects.create(endpoint="/v1/chat/completions", status_code=status, duration_s=0.1)
+    RequestLog.objects.create(endpoint="/v1/chat/completions", status_code=200, duration_s=0.1)
+    time.sleep(dashboard.MIN_INTERVAL)
+    own = data(staff_client)["samples"][-1]
+    assert (own["client_errors"], own["server_errors"]) == (4, 2)
+    assert "errors" not in own and "api_errors" not in own  # no sum that mixes the two
+    page = staff_client.get(reverse("console:dashboard")).content.decode()
+    assert "server errors (5xx) and client errors (4xx)" in page
 
 
 def test_page_lists_replicas_only_when_several(staff_client: Client) -> None:
