@@ -21,6 +21,7 @@ MODELS_LIST_SUITES = (
 SLOWEST_FIRST = (
     "tests/webapp/test_replicas_e2e.py",
     *MODELS_LIST_SUITES,
+    "tests/webapp/test_first_day.py",
     "tests/webapp/test_graceful_stop.py",
     "tests/webapp/core/test_hub_live.py",
     "tests/webapp/test_openai_engine.py",
