@@ -85,5 +85,7 @@ def test_every_tab_links_a_console_page(staff_client: Client, manager: ModelMana
 
 def test_register_error_lights_the_models_tab(staff_client: Client, manager: ModelManager) -> None:
     response = staff_client.post(reverse("console:model-register"), {"name": "", "path": ""})
-    assert response.status_code == 400
-    assert '<a href="/console/models/" aria-current="page">Models</a>' in response.content.decode()
+    assert response.status_code == 302 and response["Location"] == reverse("console:models")
+    page = staff_client.get(response["Location"]).content.decode()
+    assert '<a href="/console/models/" aria-current="page">Models</a>' in page
+    assert 'class="errorlist' in page

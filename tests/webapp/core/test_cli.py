@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_server import free_port
+from tests.live_server import free_port, shared_cache_dir
 from webapp.cli import build_parser
 from webapp.processes import port_taken
 
@@ -26,7 +26,15 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("MOONCAKE_", "DJANGO_"))}
-    return {**inherited, "MOONCAKE_DATA": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1", **extra}
+    # The run's cache (its kernels built at install): a fresh one would compile them, minutes on 2 cores.
+    cache = str(shared_cache_dir())
+    return {
+        **inherited,
+        "MOONCAKE_DATA": str(tmp_path / "data"),
+        "MOONCAKE_CACHE_DIR": cache,
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
 
 
 def _mooncake(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from django.core.exceptions import ImproperlyConfigured
 
+from tests.live_server import shared_cache_dir
 from webapp.core.config import load_mooncake_config, resolve_settings
 from webapp.core.model_list import listed_models
 
@@ -166,6 +167,7 @@ def test_check_names_the_model_that_does_not_fit_and_what_would(tmp_path: Path) 
     # smol-fp32 plans 1.10 GB (weights and its KV cache by the CPU default's rule); smol-bf16's 0.43 GB (0.55
     # where its kernels cannot run) leaves it short, with room for a shorter max_model_len on either CPU.
     env |= {"MOONCAKE_DATA": str(tmp_path / "data"), "MOONCAKE_MEMORY_BUDGET_BYTES": str(15 * 10**8)}
+    env["MOONCAKE_CACHE_DIR"] = str(shared_cache_dir())  # the installed kernels: a fresh cache compiles them
     result = subprocess.run(
         [sys.executable, "-m", "webapp.cli", "check", "--config", str(config)],
         env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,

@@ -151,7 +151,8 @@ def test_a_memory_budget_with_a_hub_id_is_checked_from_the_cache(
 
     hub_snapshot(hf_home)
     report = config_report()
-    assert not any(line.startswith("memory plan:") for line in report.lines)
+    planned = [line for line in report.lines if line.startswith("memory plan:")]
+    assert len(planned) == 1 and "size unknown" not in planned[0] and "KV cache" in planned[0], planned
     [problem] = [p for p in report.problems if REPO in p]
     assert problem.startswith(f"{REPO} (model) does not fit"), problem
     assert "than the 0.00 GiB that the memory budget (MOONCAKE_MEMORY_BUDGET_BYTES" in problem
