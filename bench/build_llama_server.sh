@@ -6,10 +6,11 @@
 #
 #   bench/build_llama_server.sh        -> bench/.llama-server/bin/llama-server (cached; gitignored)
 #                                         bench/.llama-server/bin/llama-quantize
+#                                         bench/.llama-server/bin/llama-perplexity (for bench/perplexity.py)
 #                                         bench/.llama-server/convert/convert_hf_to_gguf.py (+ gguf-py/)
 #
-# Release, native CPU flags (the same machine runs both servers), the server target only. About 10 minutes
-# on 2 cores; a second run finds the binary and returns at once. BENCH_BUILD_JOBS sets make's -j.
+# Release, native CPU flags (the same machine runs both servers), only the targets named above. About 20
+# minutes on 2 cores; a second run finds the binaries and returns at once. BENCH_BUILD_JOBS sets make's -j.
 # On a CPU with AMX, without AMX (-mno-amx-tile -mno-amx-int8 -mno-amx-bf16, which GCC keeps over
 # -march=native): this llama.cpp's AMX code dies on such CPUs (SIGILL on tilezero, or a protection fault in
 # its repack of K-quant files), so the peer runs its AVX-512 kernels; bench/.llama-server/VERSION says so.
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VERSION=0.3.36
-STAMP="$VERSION+quantize+convert2"
+STAMP="$VERSION+quantize+convert2+perplexity"
 NO_AMX=""
 if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
     NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -46,12 +47,13 @@ SRC=$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp
 cmake -S "$SRC" -B "$WORK/cmake" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
     -DBUILD_SHARED_LIBS=OFF -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX" >"$WORK/cmake.log"
-cmake --build "$WORK/cmake" --target llama-server llama-quantize -j "${BENCH_BUILD_JOBS:-$(nproc)}" \
-    >"$WORK/build.log"
+cmake --build "$WORK/cmake" --target llama-server llama-quantize llama-perplexity \
+    -j "${BENCH_BUILD_JOBS:-$(nproc)}" >"$WORK/build.log"
 
 mkdir -p "$DEST/bin"
 cp "$WORK/cmake/bin/llama-server" "$BIN"
 cp "$WORK/cmake/bin/llama-quantize" "$DEST/bin/llama-quantize"
+cp "$WORK/cmake/bin/llama-perplexity" "$DEST/bin/llama-perplexity"
 rm -rf "$DEST/convert"
 mkdir -p "$DEST/convert"
 cp "$SRC/convert_hf_to_gguf.py" "$DEST/convert/"
