@@ -77,7 +77,7 @@
       show(offset, file.size);
     }
     setState("checking");
-    status.textContent = "Checking the file…";
+    status.textContent = `${mib(file.size)} of ${mib(file.size)} (100%): checking the file…`;
     response = await send(`${base}finish/`, "POST", new FormData());
     body = await answer(response);
     if (!response.ok) return fail(body.error);
