@@ -17,20 +17,25 @@ import pytest
 from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+# This server holds nine models for the whole session beside the other workers' servers: each KV cache is
+# sized to what its tests need (a bf16 8k context is 184 MiB; a tiny model's 128k context a few MiB), not
+# the test servers' 512 MiB, which with nine engines outgrew the CI machine's RAM beside them.
+BF16_KV = {"kv_cache_memory_bytes": 256 << 20}
+TINY_KV = {"kv_cache_memory_bytes": 64 << 20}
 # Explicit dtypes: "auto" differs by CPU, and the variants of one dtype must agree token for token.
 MODELS: dict[str, list[dict[str, Any]]] = {
     "models": [
         {"id": "smol-fp32", "model_id": "default", "dtype": "float32"},
-        {"id": "smol-bf16", "model_id": "default", "dtype": "bfloat16", "default": True},
-        {"id": "smol-spec", "model_id": "default", "dtype": "bfloat16", "speculative": SPEC},
-        {"id": "smol-async", "model_id": "default", "dtype": "bfloat16", "async_scheduling": True},
+        {"id": "smol-bf16", "model_id": "default", "dtype": "bfloat16", "default": True, **BF16_KV},
+        {"id": "smol-spec", "model_id": "default", "dtype": "bfloat16", "speculative": SPEC, **BF16_KV},
+        {"id": "smol-async", "model_id": "default", "dtype": "bfloat16", "async_scheduling": True, **BF16_KV},
         {"id": "smol-hf", "model_id": "default", "dtype": "float32", "type": "transformers"},
         # Tiny random checkpoints of the natively served families beyond Llama and Qwen (a mixture of
         # experts with Qwen3-MoE's structure, Mistral's window, Gemma 2's soft caps and local layers,
         # Phi-3's fused projections), written into the server's model root before it starts
         # (tests/webapp/test_architectures_live.py).
         *(
-            {"id": name, "model_id": f"models/{name}", "dtype": "float32"}
+            {"id": name, "model_id": f"models/{name}", "dtype": "float32", **TINY_KV}
             for name in ("tiny-moe", "tiny-mistral", "tiny-gemma2", "tiny-phi3")
         ),
         # The bundled default embedding model (tests/webapp/test_embeddings_live.py).
