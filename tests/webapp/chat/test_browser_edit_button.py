@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
+from tests.live_server import LiveDaphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -23,11 +21,9 @@ CHAT = {"title": "Lighthouses", "messages": [
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaphne]:
-    """No model: editing needs none until Save & send."""
-    server = start_live_daphne(Path(tmp_path_factory.mktemp("edit-button")), autoload=False)
-    yield server
-    stop_live_daphne(server)
+def server(daphne_server: LiveDaphne) -> LiveDaphne:
+    """The session's running server: editing needs no server of its own (nor a model until Save & send)."""
+    return daphne_server
 
 
 def test_edit_button_hides_while_editing(browser: Any, server: LiveDaphne) -> None:
