@@ -135,9 +135,29 @@
     };
   }
 
-  function send(payload) {
+  // The picker saves a pick with its own request; an action sent before that request ends would be
+  // answered by the previous model, so actions wait for it (Stop never waits).
+  const pickerRequests = new Set();
+  let afterPick = [];
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    if (!e.detail.elt || e.detail.elt.id !== "model-picker") { return; }
+    // Followed on the request itself: the picker may be swapped out (a socket's "model" event) before it ends.
+    const xhr = e.detail.xhr;
+    pickerRequests.add(xhr);
+    xhr.addEventListener("loadend", function () {
+      pickerRequests.delete(xhr);
+      if (pickerRequests.size === 0) { const waiting = afterPick; afterPick = []; waiting.forEach(function (f) { f(); }); }
+    });
+  });
+
+  function sendNow(payload) {
     if (!socket || socket.readyState !== WebSocket.OPEN) { showError("Not connected; reconnecting…"); return false; }
     socket.send(JSON.stringify(payload));
+    return true;
+  }
+  function send(payload) {
+    if (payload.type === "stop" || pickerRequests.size === 0) { return sendNow(payload); }
+    afterPick.push(function () { sendNow(payload); });
     return true;
   }
 

@@ -108,3 +108,32 @@ def test_picking_a_model_loads_it_and_the_picker_follows(browser: Any, server: L
     assert states(server)["smol-c"] == "loaded"
     assert errors == []
     page.context.close()
+
+
+def test_a_message_sent_while_the_pick_is_saving_is_answered_by_the_picked_model(
+    browser: Any, server: LiveDaphne
+) -> None:
+    """The pick is saved by the picker's own request; Enter pressed before that request ends must not
+    go out first and be answered by the previous model. The request is held here until after Enter."""
+    page = log_in(browser, server, username=USER, password=PASSWORD, viewport={"width": 1280, "height": 800})
+    errors = watch_errors(page)
+    set_max_tokens(page, 8)
+    held: list[Any] = []
+    page.route(re.compile(r"/chat/\d+/model/$"), lambda route: held.append(route))
+    page.locator("#model-select").select_option("smol-b")
+    deadline = time.monotonic() + 30
+    while not held:
+        assert time.monotonic() < deadline, "the picker sent no request"
+        page.wait_for_timeout(50)
+    page.fill("#composer-input", "Name a colour.")
+    page.press("#composer-input", "Enter")
+    page.wait_for_timeout(1500)  # time enough for a send that did not wait to reach the server
+    assert page.locator("#messages .msg-user").count() == 0, "the message went out before the pick was saved"
+    held[0].continue_()
+    page.wait_for_selector("#messages .msg-assistant", timeout=240_000)
+    wait_idle(page)
+    reply = page.locator("#messages .msg-assistant").last
+    assert reply.locator(".msg-role").inner_text().strip() == "smol-b", page.inner_text("#messages")
+    assert page.locator("#messages .msg-user").count() == 1
+    assert errors == []
+    page.context.close()
