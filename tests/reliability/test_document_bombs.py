@@ -144,14 +144,17 @@ def test_bombs_past_the_unpack_bounds_hold_a_thread_each_and_a_stop_ends_them(
         mallory, eve, alice = (
             Uploader(daphne_server, f"{who}-loosened") for who in ("mallory", "eve", "alice")
         )
-        first, second = mallory.upload("one.pdf", make_pdf_bomb()), mallory.upload("two.pdf", make_pdf_bomb())
+        # Uploaded together, either bomb may be claimed first (two threads take them at once), so the
+        # second follows once the first is being read.
+        first = mallory.upload("one.pdf", make_pdf_bomb())
         mallory.wait(first, ("extracting",), READY_WITHIN_S)
+        second = mallory.upload("two.pdf", make_pdf_bomb())
         # Mallory's second bomb waits for her first: a thread stays free for everyone else.
         small = alice.upload("notes.txt", b"Deliveries arrive on Tuesdays.")
         state, said, took = alice.wait(small, ("ready", "failed"), READY_WITHIN_S)
         print(f"\nthe small document: {state} after {took:.2f}s, beside a bomb being read")
         assert state == "ready", said
-        assert mallory.state(second)[0] == "queued"
+        assert mallory.state(second)[0] == "queued", mallory.state(second)
         third = eve.upload("three.pdf", make_pdf_bomb())
         eve.wait(third, ("extracting",), READY_WITHIN_S)
         assert mallory.state(first)[0] == "extracting"  # two bombs being read at once
