@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 
-from inference.api import EngineClient, ModelManagerClient
+from inference.api import EngineClient, ModelManagerClient, NoModelLoadedError
 from webapp.serving.generation import GenerationService
 from webapp.serving.health_log import HealthLog
 from webapp.serving.jobs import ProcessJobs
 from webapp.serving.limits import Limiter, RateLimiter
-from webapp.serving.model_wait import ready_engine
+from webapp.serving.model_states import ModelStatus
+from webapp.serving.model_wait import configured_wait, ready_engine
 
 if TYPE_CHECKING:
     from webapp.serving.model_access import Viewer
@@ -125,9 +126,22 @@ class Runtime:
         ensure_may_use(viewer, self.manager(), model)
 
     async def get_engine(self, model: str | None = None) -> EngineClient:
-        """The loaded engine for `model` (None = default), waited for while it loads (model_wait); raises
-        UnknownModelError / NoModelLoadedError, or Unavailable past the wait or for a failed load."""
+        """The loaded engine for `model` (None = default), waited for while it loads (model_wait); a
+        registered model that is not loaded is loaded first, memory allowing. Raises UnknownModelError,
+        or Unavailable naming the model and why it cannot serve (past the wait, a failed or refused load)."""
         manager = self._manager if self._manager is not None else await asyncio.to_thread(self.manager)
+        try:
+            return await ready_engine(manager, model)
+        except NoModelLoadedError:
+            pass
+        # As a chat's pick loads it (and Ollama's API does): one load however many requests ask at once.
+        # Function-local: on_demand reads the runtime, so a module-level import would be a cycle.
+        from webapp.serving.on_demand import find, load_on_demand, wait_loaded
+
+        if await asyncio.to_thread(load_on_demand, name=model, manager=manager) != ModelStatus.READY:
+            info = find(manager, model)
+            name = info.name if info is not None else (model or "")
+            await wait_loaded(name=name, bound=configured_wait(name), manager=manager)
         return await ready_engine(manager, model)
 
     def service(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:

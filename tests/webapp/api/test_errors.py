@@ -8,6 +8,7 @@ from django.test import AsyncClient
 from tests.webapp.api.conftest import post_json
 from tests.webapp.api.test_validation import USER, assert_openai_error
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
+from webapp.serving import on_demand
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=True)]
 
@@ -47,11 +48,26 @@ async def test_dead_engine_is_503(client: AsyncClient, engine: FakeEngine) -> No
     assert response["Retry-After"]
 
 
-async def test_no_model_loaded_is_503(client: AsyncClient, manager: FakeModelManager) -> None:
+async def test_a_registered_model_not_loaded_loads_on_demand_and_answers(
+    client: AsyncClient, manager: FakeModelManager
+) -> None:
     manager.unload("fake-model")
     response = await post_json(client, "/v1/chat/completions", {"messages": USER})
+    assert response.status_code == 200, response.content
+    assert [i.state for i in manager.list()] == ["loaded"]
+
+
+async def test_a_model_that_cannot_fit_is_a_503_naming_it_and_why(
+    client: AsyncClient, manager: FakeModelManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager.unload("fake-model")
+    monkeypatch.setattr(on_demand, "read_memory", lambda *_: on_demand.Memory(needed=3 << 30, free=1 << 30))
+    response = await post_json(client, "/v1/chat/completions", {"messages": USER})
     error = assert_openai_error(response, 503, "unavailable_error")
-    assert error["code"] == "model_not_loaded" and response["Retry-After"]
+    assert error["code"] == "model_unavailable"
+    assert "fake-model is not loaded, and there is not enough memory" in error["message"], error
+    assert "needs about 3.00 GiB and 1.00 GiB is free" in error["message"], error
+    assert [i.state for i in manager.list()] == ["available"]
 
 
 async def test_unexpected_error_is_500_json(

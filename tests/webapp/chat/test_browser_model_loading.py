@@ -1,7 +1,7 @@
-"""Loading a model on demand, end to end: a live Daphne with the bundled model loaded and two more models
+"""Loading a model on demand, end to end: a live Daphne with the bundled model loaded and three more models
 registered (as from the console) but not loaded; a real browser sends with one, which loads while the chat
-shows "loading…" and then answers, and picks the other, which the header's picker follows to "ready".
-Zero console errors throughout."""
+shows "loading…" and then answers, and picks another, which the header's picker follows to "ready"; an API
+request names the third, which loads and answers it. Zero console errors throughout."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.live_server import LiveDaphne, start_live_daphne, stop_live_daphne
@@ -19,7 +20,7 @@ from tests.webapp.chat.test_browser import log_in, set_max_tokens, wait_idle
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 USER, PASSWORD = "load-on-pick", "load-on-pick-password-1"
-EXTRA = ("smol-b", "smol-c")
+EXTRA = ("smol-b", "smol-c", "smol-d")
 # Registered as the console registers a model: saved, then taken up by the server's sync, not loaded.
 REGISTER = """
 from webapp.core.models import ModelRegistration
@@ -137,3 +138,16 @@ def test_a_message_sent_while_the_pick_is_saving_is_answered_by_the_picked_model
     assert page.locator("#messages .msg-user").count() == 1
     assert errors == []
     page.context.close()
+
+
+def test_an_api_request_for_a_registered_model_loads_it_and_is_answered(server: LiveDaphne) -> None:
+    assert states(server)["smol-d"] == "available"
+    response = httpx.post(
+        server.url + "/v1/chat/completions",
+        json={"model": "smol-d", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4},
+        timeout=240,
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["model"] == "smol-d" and body["choices"][0]["message"]["content"]
+    assert states(server)["smol-d"] == "loaded"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from inference.api import NoModelLoadedError, QueueFullError, SamplingParams
+from inference.api import QueueFullError, SamplingParams
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.core.errors import InvalidRequest, RateLimited, Unavailable
 from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared
@@ -96,12 +96,11 @@ async def test_engine_refusal_at_submit_is_mapped_and_frees_the_slot(
 
 async def test_no_model_is_a_503_before_prepare(runtime: Runtime) -> None:
     manager = FakeModelManager.with_engine(FakeEngine())
-    manager.unload(manager.default_name or "")
+    manager.unregister(manager.default_name or "")
     runtime.install_manager(manager)
     with pytest.raises(Unavailable) as info:
         await runtime.generation.start(request(prepared()))
-    assert info.value.code == "model_not_loaded"
-    assert isinstance(info.value.__cause__, NoModelLoadedError)
+    assert info.value.code == "no_model" and "No model is set up yet" in info.value.message
 
 
 async def test_sequences_hold_concurrency(runtime: Runtime, engine: FakeEngine) -> None:

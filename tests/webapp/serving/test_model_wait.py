@@ -10,7 +10,6 @@ import pytest
 from django.core.handlers.asgi import ASGIHandler
 from django.test import AsyncClient
 
-from inference.api import NoModelLoadedError
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.core.errors import Unavailable
 from webapp.serving.runtime import Runtime
@@ -109,17 +108,19 @@ async def test_a_load_that_fails_while_waiting_answers_at_once(
     assert any(reference in r.getMessage() and "/secret/path" in r.getMessage() for r in caplog.records)
 
 
-async def test_models_not_on_their_way_are_not_waited_for(
+async def test_a_model_not_on_its_way_is_loaded_and_one_that_failed_is_not_retried(
     runtime: Runtime, manager: FakeModelManager, settings: Any
 ) -> None:
     wait_for(settings, 30)
-    manager.set_state("slow", "available")  # unloaded: nothing would ever load it
+    manager.set_state("slow", "available")  # registered, not loaded: the request loads it (on_demand)
+    engine = await asyncio.wait_for(runtime.generation.engine("slow"), timeout=10)
+    assert engine is manager.get("slow")
+    manager.unload("slow")
+    manager.set_state("slow", "failed", "OSError: bad file")  # failed before the request came: left so
     with pytest.raises(Unavailable) as refused:
-        await asyncio.wait_for(runtime.generation.engine("slow"), timeout=1)
-    assert refused.value.code == "model_not_loaded"
-    manager.set_state("slow", "failed", "out of memory")  # failed before the request came
-    with pytest.raises(NoModelLoadedError):
         await asyncio.wait_for(runtime.get_engine("slow"), timeout=1)
+    assert refused.value.code == "model_unavailable" and "slow failed to load" in refused.value.message
+    assert manager.list()[-1].state == "failed"
 
 
 async def test_a_disconnect_while_waiting_stops_the_wait(manager: FakeModelManager, settings: Any) -> None:
