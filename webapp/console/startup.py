@@ -22,12 +22,21 @@ def take_up_saved_models() -> None:
         manager.set_default(default)
 
 
-def register_saved_models() -> None:
+def prepare_model_root() -> None:
+    """A new install has no models folder (uploads and imports go there); an old one may hold uploads
+    abandoned while the server was down."""
     from webapp.console.model_files import ensure_model_root
+    from webapp.console.uploads import uploads_prune
+
+    ensure_model_root()
+    uploads_prune()
+
+
+def register_saved_models() -> None:
     from webapp.console.reconcile import reconcile
     from webapp.console.replication import model_sync
 
-    ensure_model_root()  # a new install has no models folder: uploads and imports go there
+    prepare_model_root()
     take_up_saved_models()
     model_sync().start(reconcile)
 

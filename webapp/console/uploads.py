@@ -4,15 +4,18 @@ uploads folder, checked as a GGUF of ours, then moved into the root.
 The protocol (webapp.console.views.uploads, static/console/upload.js): `begin` says how many bytes of this
 file (name and size) the server already has, so a reloaded page that picks the same file again continues
 there; each `append` carries its offset and must start where the part ends; `finish` checks and moves it.
-Nothing is ever held in memory beyond one read of the request body.
+Nothing is ever held in memory beyond one read of the request body. An upload left untouched for
+ABANDONED_AFTER_S is deleted at the next start or upload (uploads_prune).
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
+import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,8 @@ from django.conf import settings
 
 from webapp.console.model_files import UPLOADS_DIR, gguf_problem, model_root
 
+logger = logging.getLogger(__name__)
+
 CHUNK_BYTES = 8 * 1024 * 1024  # what the page sends per request; also the chunk endpoint's body limit
 # The upload endpoints' path (webapp.console.urls): their body limit is CHUNK_BYTES, set at start (apps.py).
 UPLOADS_PATH = "/console/models/uploads/"
@@ -29,6 +34,9 @@ DEFAULT_MAX_BYTES = 64 * 1024**3
 # Left free on the disk after an upload: the database and the converted-model cache live there too.
 DISK_RESERVE_BYTES = 256 * 1024 * 1024
 _READ_BYTES = 1024 * 1024
+# An upload not appended to for this long was abandoned (a closed tab): its part is deleted at the next
+# start or upload. Long enough to resume after a night; short enough that gigabytes do not pile up.
+ABANDONED_AFTER_S = 48 * 3600
 _MAX_NAME = 120
 _ALLOWED = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -116,6 +124,7 @@ def upload_begin(*, name: str, size: int) -> UploadState:
         raise UploadError(f"{name} is {size} bytes; uploads may be at most {limit} bytes.")
     if (model_root() / name).exists():
         raise UploadError(f"{name} is already in the models folder: register it from the list of files.")
+    uploads_prune()  # before the free-space check: what an abandoned upload holds is free again
     part, meta = _part(name), _meta(name)
     same = _declared_size(name) == size and part.is_file()
     offset = min(part.stat().st_size, size) if same else 0
@@ -182,3 +191,30 @@ def upload_discard(*, name: str) -> None:
     """Drop an upload's part and its size note."""
     _part(name).unlink(missing_ok=True)
     _meta(name).unlink(missing_ok=True)
+
+
+def uploads_prune(*, now: float | None = None) -> list[str]:
+    """Delete the uploads nobody appended to for ABANDONED_AFTER_S: the names of those deleted."""
+    folder = model_root() / UPLOADS_DIR
+    if not folder.is_dir():
+        return []
+    cutoff = (time.time() if now is None else now) - ABANDONED_AFTER_S
+    pruned = []
+    for part in folder.glob("*.part"):
+        try:
+            abandoned = part.stat().st_mtime < cutoff
+        except FileNotFoundError:  # finished or discarded meanwhile
+            continue
+        if abandoned:
+            name = part.name.removesuffix(".part")
+            part.unlink(missing_ok=True)
+            (folder / f"{name}.json").unlink(missing_ok=True)
+            pruned.append(name)
+    for meta in folder.glob("*.json"):  # a size note whose part is gone
+        if not (folder / f"{meta.name.removesuffix('.json')}.part").exists():
+            meta.unlink(missing_ok=True)
+    if pruned:
+        logger.info(
+            "Deleted abandoned model uploads (untouched for %d h): %s", ABANDONED_AFTER_S // 3600, pruned
+        )
+    return pruned

@@ -200,3 +200,42 @@ def test_the_page_offers_the_upload_form(staff_client: Client, model_root: Path,
 def test_meta_note_is_plain_json(staff_client: Client, model_root: Path) -> None:
     start(staff_client, "m.gguf", 10)
     assert json.loads((model_root / ".uploads" / "m.gguf.json").read_text()) == {"size": 10}
+
+
+def test_an_abandoned_upload_is_deleted_and_a_fresh_one_kept(staff_client: Client, model_root: Path) -> None:
+    import os
+    import time
+
+    start(staff_client, "old.gguf", 10)
+    put(staff_client, "old.gguf", 0, b"12345")
+    start(staff_client, "fresh.gguf", 10)
+    put(staff_client, "fresh.gguf", 0, b"123")
+    folder = model_root / ".uploads"
+    (folder / "orphan.gguf.json").write_text('{"size": 3}')  # a size note whose part is gone
+    stale = time.time() - uploads.ABANDONED_AFTER_S - 60
+    os.utime(folder / "old.gguf.part", (stale, stale))
+    # Any new upload prunes first, so what the abandoned one held counts as free disk again.
+    assert start(staff_client, "new.gguf", 10).status_code == 200
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "fresh.gguf.json", "fresh.gguf.part", "new.gguf.json", "new.gguf.part",
+    ]  # fmt: skip
+    assert start(staff_client, "fresh.gguf", 10).json()["offset"] == 3  # the fresh one still resumes
+    later = time.time() + uploads.ABANDONED_AFTER_S + 60
+    assert sorted(uploads.uploads_prune(now=later)) == ["fresh.gguf", "new.gguf"]
+    assert not any(folder.iterdir())
+
+
+def test_the_server_start_prunes_abandoned_uploads(model_root: Path) -> None:
+    import os
+    import time
+
+    from webapp.console.startup import prepare_model_root
+
+    folder = model_root / ".uploads"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gone.gguf.part").write_bytes(b"x")
+    (folder / "gone.gguf.json").write_text('{"size": 2}')
+    stale = time.time() - uploads.ABANDONED_AFTER_S - 60
+    os.utime(folder / "gone.gguf.part", (stale, stale))
+    prepare_model_root()
+    assert not any(folder.iterdir())
