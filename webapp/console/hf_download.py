@@ -1,10 +1,10 @@
 """The Hugging Face Hub import's work, in a Celery worker: list the repo, download the weights, config and
 tokenizer files into the first model root, then register the folder, with the job row showing progress.
 
-The job row is the channel both ways: the worker writes the bytes fetched of the current file there (at
-most every PROGRESS_INTERVAL_S), and each such write only lands while the job is still running, so an
-admin's Cancel (webapp.console.hf_import.hf_import_cancel) stops the download at its next write; the
-worker then removes what it had fetched.
+The job row is the channel both ways: the worker writes the bytes fetched of the whole import there (at
+most every PROGRESS_INTERVAL_S; the listing gives each file's size), and each such write only lands while
+the job is still running, so an admin's Cancel (webapp.console.hf_import.hf_import_cancel) stops the
+download at its next write; the worker then removes what it had fetched.
 """
 
 from __future__ import annotations
@@ -75,10 +75,13 @@ def fail(job: ConsoleJob, message: str) -> None:
 
 
 class _FileProgress:
-    """The bytes of the file being fetched, written to the job row at most every PROGRESS_INTERVAL_S."""
+    """The bytes fetched of the whole import while one file downloads, written to the job row at most
+    every PROGRESS_INTERVAL_S. `before`: the bytes of the files already fetched; `total`: of every file,
+    None when the listing did not say (then the bytes are the current file's)."""
 
-    def __init__(self, job: ConsoleJob, index: int, count: int) -> None:
+    def __init__(self, job: ConsoleJob, index: int, count: int, before: int, total: int | None) -> None:
         self.job, self.index, self.count = job, index, count
+        self.before, self.all_bytes = before, total
         self.done, self.total, self._written = 0, 0, 0.0
 
     def start(self, total: int | None, initial: int) -> None:
@@ -92,6 +95,10 @@ class _FileProgress:
 
     def write(self) -> None:
         self._written = time.monotonic()
+        if self.all_bytes:
+            done = min(self.before + self.done, self.all_bytes)
+            _update(self.job, bytes_done=done, bytes_total=self.all_bytes, progress=done / self.all_bytes)
+            return
         share = min(1.0, self.done / self.total) if self.total else 0.0
         _update(
             self.job,
@@ -145,11 +152,13 @@ def hf_import_run(job_id: int) -> str:
         return "cancelled before it started"
     try:
         _probe(endpoint)
-        files = [
-            f
-            for f in HfApi(endpoint=endpoint).list_repo_files(repo_id)
-            if any(fnmatch.fnmatch(Path(f).name, pattern) for pattern in WANTED)
-        ]
+        siblings = HfApi(endpoint=endpoint).model_info(repo_id, files_metadata=True).siblings or []
+        sizes = {
+            s.rfilename: s.size
+            for s in siblings
+            if any(fnmatch.fnmatch(Path(s.rfilename).name, pattern) for pattern in WANTED)
+        }
+        files = list(sizes)
     except Exception as exc:
         message = (
             f"Could not reach the Hugging Face Hub for {repo_id} ({type(exc).__name__}: {exc}). "
@@ -168,14 +177,22 @@ def hf_import_run(job_id: int) -> str:
         message = f"{repo_id} is already imported into {dest}, registered as {earlier.name}."
         fail(job, message)
         return message
+    known = [size for size in sizes.values() if size is not None]
+    total = sum(known) if len(known) == len(sizes) and sum(known) > 0 else None
     try:
+        before = 0
         for index, filename in enumerate(files, start=1):
             _update(job, message=f"downloading {filename} (file {index} of {len(files)})")
-            progress = _FileProgress(job, index, len(files))
+            progress = _FileProgress(job, index, len(files), before, total)
             hf_hub_download(
                 repo_id, filename, local_dir=dest, endpoint=endpoint, tqdm_class=progress.bar_class()
             )
-            _update(job, progress=index / len(files))
+            before += sizes[filename] or 0
+            # A small file may report no progress of its own: the row moves past it here.
+            if total:
+                _update(job, progress=before / total, bytes_done=before, bytes_total=total)
+            else:
+                _update(job, progress=index / len(files))
     except ImportCancelled:
         shutil.rmtree(dest, ignore_errors=True)  # the folder is this import's alone (checked above)
         return f"cancelled; removed {dest}"

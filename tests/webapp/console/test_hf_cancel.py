@@ -1,4 +1,4 @@
-"""A hub import shows the bytes fetched of each file and can be cancelled: the download stops at its next
+"""A hub import shows the bytes fetched of the whole repo and can be cancelled: the download stops at its next
 progress write and its files are removed. The real huggingface_hub client against tests/hub_server.py."""
 
 from __future__ import annotations
@@ -59,16 +59,20 @@ def run_watching(job: ConsoleJob, watch: Watcher) -> str:
 
 
 @pytest.mark.database
-def test_import_reports_bytes_per_file(staff_client: Client, importing: Path, manager: Any) -> None:
+def test_import_reports_the_bytes_of_the_whole_import(
+    staff_client: Client, importing: Path, manager: Any
+) -> None:
     job = ConsoleJob.objects.create(kind="hf_import", target=REPO)
     seen: list[tuple[int, int | None]] = []
     run_watching(job, lambda done, total: seen.append((done, total)))
     job.refresh_from_db()
     assert job.state == ConsoleJob.State.SUCCEEDED, job.message
-    weights = [done for done, total in seen if total == WEIGHTS]
-    assert weights[0] == 0 and weights[-1] == WEIGHTS
-    assert any(0 < done < WEIGHTS for done in weights)  # the jobs table sees it move mid-file
-    assert (importing / "model.safetensors").stat().st_size == WEIGHTS
+    whole = sum(p.stat().st_size for p in importing.iterdir() if p.is_file())
+    assert whole > WEIGHTS and {total for _, total in seen} == {whole}  # every file, from the listing
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == whole  # only ever forward, to the end
+    assert any(0 < d < WEIGHTS for d in done)  # the jobs table sees it move mid-file
+    assert job.progress == 1.0 and (importing / "model.safetensors").stat().st_size == WEIGHTS
     assert ModelRegistration.objects.filter(name=REPO).exists()
     ConsoleJob.objects.filter(pk=job.pk).update(bytes_done=WEIGHTS // 2, bytes_total=WEIGHTS)
     page = staff_client.get(reverse("console:jobs")).content.decode()
@@ -81,7 +85,7 @@ def test_cancel_mid_download_stops_and_removes_the_files(db: None, importing: Pa
     cancelled_at: list[int] = []
 
     def cancel_mid_file(done: int, total: int | None) -> None:
-        if total == WEIGHTS and 0 < done < WEIGHTS and not cancelled_at:
+        if total and total > WEIGHTS and 0 < done < WEIGHTS and not cancelled_at:
             cancelled_at.append(done)
             assert hf_import_cancel(job=ConsoleJob.objects.get(pk=job.pk))  # the admin's Cancel button
 

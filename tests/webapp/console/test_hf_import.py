@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -85,7 +86,8 @@ def test_import_reports_progress_and_registers(
         return str(target)
 
     monkeypatch.setattr("webapp.console.hf_download._probe", lambda endpoint: None)
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: files)
+    listing = SimpleNamespace(siblings=[SimpleNamespace(rfilename=f, size=None) for f in files])
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, **_: listing)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     job = ConsoleJob.objects.create(kind="hf_import", target="org/tiny-model")
     hf_import_run(job.pk)
@@ -106,9 +108,10 @@ def test_repo_without_safetensors_is_refused(db: None, model_root: Path, monkeyp
     import huggingface_hub
 
     monkeypatch.setattr("webapp.console.hf_download._probe", lambda endpoint: None)
-    monkeypatch.setattr(
-        huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: ["config.json", "x.bin"]
+    listing = SimpleNamespace(
+        siblings=[SimpleNamespace(rfilename=f, size=2) for f in ("config.json", "x.bin")]
     )
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, **_: listing)
     job = ConsoleJob.objects.create(kind="hf_import", target="org/pickles")
     assert "no config.json and safetensors" in hf_import_run(job.pk)
     job.refresh_from_db()

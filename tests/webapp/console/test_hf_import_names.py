@@ -5,6 +5,7 @@ way the model was added. A folder imported before under another name is never do
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -50,7 +51,8 @@ def hub(monkeypatch: Any) -> list[str]:
         return str(target)
 
     monkeypatch.setattr("webapp.console.hf_download._probe", lambda endpoint: None)
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: FILES)
+    listing = SimpleNamespace(siblings=[SimpleNamespace(rfilename=f, size=None) for f in FILES])
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, **_: listing)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     return fetched
 
