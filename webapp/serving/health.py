@@ -51,12 +51,23 @@ def _model_state(info: ModelInfo, trouble: str | None = None) -> dict[str, Any]:
         state.update(state=UNAVAILABLE, error=trouble)
     if info.download_bytes_done is not None:
         state["download"] = download_progress(info)
+    load = load_progress(info)
+    if load is not None:
+        state["load"] = load
     return state
 
 
 def download_progress(info: ModelInfo) -> dict[str, int | None]:
     """Bytes of a hub model fetched so far, and in all (None: not known yet)."""
     return {"bytes_done": info.download_bytes_done, "bytes_total": info.download_bytes_total}
+
+
+def load_progress(info: ModelInfo) -> dict[str, str | int | None] | None:
+    """The step a loading model is at, as the console shows it ("loading weights", 12 of 30); None when
+    it is not loading or has reported no step yet."""
+    if info.state != "loading" or not info.load_phase:
+        return None
+    return {"step": info.load_phase, "done": info.load_done, "total": info.load_total}
 
 
 def _about(status: str, name: str | None, models: list[dict[str, Any]], predicate: str) -> Readiness:

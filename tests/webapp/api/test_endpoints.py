@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import AsyncClient
 
 from tests.webapp.api.conftest import post_json, sse_events
 from tests.webapp.api.test_validation import USER
-from tests.webapp.fake_engine import FakeEngine
+from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -113,6 +115,20 @@ async def test_models_list(client: AsyncClient) -> None:
     data = (await client.get("/v1/models")).json()
     assert data["object"] == "list"
     assert data["data"][0]["id"] == "fake-model" and data["data"][0]["owned_by"] == "mooncake"
+    assert data["data"][0]["load"] is None
+
+
+async def test_a_loading_model_shows_its_step_in_the_list_and_in_health(
+    client: AsyncClient, manager: FakeModelManager
+) -> None:
+    manager.set_state("fake-model", "loading")
+    info = manager.list()[0]
+    info.load_phase, info.load_done, info.load_total = "loading weights", 12, 30
+    card = (await client.get("/v1/models/fake-model")).json()
+    assert card["state"] == "loading"
+    assert card["load"] == {"step": "loading weights", "done": 12, "total": 30}
+    health = json.loads((await client.get("/health")).content)
+    assert [m.get("load") for m in health["models"]] == [{"step": "loading weights", "done": 12, "total": 30}]
 
 
 async def test_tokenize_and_detokenize(client: AsyncClient) -> None:

@@ -23,6 +23,9 @@ class ModelCard(BaseModel):
     max_model_len: int | None = None
     # While a hub model downloads (state "downloading"): {"bytes_done": int, "bytes_total": int | None}.
     download: dict[str, int | None] | None = None
+    # While it loads (state "loading"): {"step": str, "done": int | None, "total": int | None}, the step
+    # as the console shows it (e.g. "converting tensors", 120 of 272).
+    load: dict[str, str | int | None] | None = None
 
 
 class ModelList(BaseModel):

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from inference.api import EngineClient, ModelInfo, ModelManagerClient
 from webapp.api.schemas.models import ModelCard
 from webapp.core.errors import NotFound
-from webapp.serving.health import download_progress
+from webapp.serving.health import download_progress, load_progress
 from webapp.serving.model_access import Viewer, visible
 from webapp.serving.runtime import get_runtime
 
@@ -33,6 +33,7 @@ def _card(info: ModelInfo, manager: ModelManagerClient) -> ModelCard:
         aliases=list(info.aliases),
         max_model_len=max_len,
         download=download_progress(info) if info.download_bytes_done is not None else None,
+        load=load_progress(info),
     )
 
 
