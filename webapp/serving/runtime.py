@@ -11,6 +11,7 @@ AppConfig.ready; those registrations are wiring, made once per process, so they 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import threading
@@ -67,6 +68,18 @@ def run_load_hooks(engine: EngineClient) -> None:
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+    release_free_heap()
+
+
+def release_free_heap() -> None:
+    """Hand the heap that loading freed (conversion buffers, the warm-up's activations) back to the OS.
+    glibc keeps freed memory in its arenas for reuse, so without this the server's idle RSS carries what
+    the load once needed, not what it holds."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl, macOS): nothing to ask
+        return
+    libc.malloc_trim(0)
 
 
 def _build_manager() -> ModelManagerClient:
