@@ -317,8 +317,10 @@ class EngineConfig:
             self.kv_cache_dtype,
         )
 
-    def scheduler_config(self, max_model_len: int) -> SchedulerConfig:
-        """The scheduler group, once the runner has resolved max_model_len."""
+    def scheduler_config(
+        self, max_model_len: int, *, replay_outputs_as_rows: bool = False
+    ) -> SchedulerConfig:
+        """The scheduler group, once the runner has resolved max_model_len and its rows' path."""
         return SchedulerConfig(
             self.max_num_seqs,
             self.max_num_batched_tokens,
@@ -326,6 +328,7 @@ class EngineConfig:
             self.enable_chunked_prefill,
             self.max_queue_len,
             self.max_step_latency_ms,
+            replay_outputs_as_rows,
         )
 
     @classmethod

@@ -159,6 +159,9 @@ class SchedulerConfig:
     max_queue_len: int = DEFAULT_MAX_QUEUE_LEN
     # While streams decode, shrink prefill chunks so a step takes about this long (see scheduler.py).
     max_step_latency_ms: float | None = 100.0
+    # Not a setting: the runner's. Decoding rows round apart from prompt chunks (CPU block kernels), so a
+    # sequence recomputed after a preemption replays its generated tokens as decoding rows.
+    replay_outputs_as_rows: bool = False
 
     def __post_init__(self) -> None:
         check_positive("max_num_seqs", self.max_num_seqs)

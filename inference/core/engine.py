@@ -53,6 +53,11 @@ class Runner(Protocol):
     vocab_size: int
     kv_window: int | None  # every layer's keys older than this many positions are never read again
 
+    @property
+    def rows_apart(self) -> bool:
+        """Decoding rows round apart from prompt chunks: a recomputed sequence replays its tokens as rows."""
+        ...
+
     # in_flight: only passed when async scheduling is on (a runner then sets supports_in_flight_ids).
     def execute(self, chunks: list[ScheduledChunk], in_flight: InFlightIds | None = None) -> StepLogits: ...
 
@@ -85,7 +90,8 @@ class LLMEngine:
             kv_window=runner.kv_window,
         )
         drafter = Drafter(config.speculative, self.max_model_len) if config.speculative is not None else None
-        self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), block_manager, drafter)
+        scheduling = config.scheduler_config(self.max_model_len, replay_outputs_as_rows=runner.rows_apart)
+        self.scheduler = Scheduler(scheduling, block_manager, drafter)
         self.sampler = Sampler(eos_token_ids=self.eos_token_ids, seed=config.seed)
         self.metrics = MetricsCollector(record_step_timings=config.record_step_timings)
         self._logprobs = LogprobBuilder(self.tokenizer)

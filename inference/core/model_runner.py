@@ -107,6 +107,7 @@ class ModelRunner:
         )
         self.attention_backend_name = self.backend.name
         self.kv_window: int | None = self.model.kv_window
+        self.loaded_avx512_kernels = loaded.avx512_kernels
         # Until sized, the model may run (CUDA profiling) with any cache; max_model_len bounds nothing yet.
         self.max_model_len = loaded.context_length
         self.num_blocks = 0
@@ -164,6 +165,13 @@ class ModelRunner:
         if self.fused_decode is not None:
             rows = self.fused_decode.max_rows
             logger.info("Decoding rows run their layers in native calls of up to %d rows", rows)
+
+    @property
+    def rows_apart(self) -> bool:
+        """Whether decoding rows take other kernels than prompt chunks, so that a row recomputed in a prompt
+        chunk could round apart from its first pass: the AVX512 block reads (and their fused stack). The
+        AVX2 kernels, fused stack included, give a row the same bits on either path."""
+        return self.loaded_avx512_kernels
 
     @property
     def cuda_graph_sizes(self) -> list[int]:

@@ -176,8 +176,8 @@ class Scheduler:
     # ---- scheduling -------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        decodes = [s for s in self.running if s.is_decoding and s.seq_id not in self.finishing]
-        prefills = [s for s in self.running if not s.is_decoding]
+        decodes = [s for s in self.running if self._row(s) and s.seq_id not in self.finishing]
+        prefills = [s for s in self.running if not self._row(s)]
         self.finishing.clear()
         budget = self._token_budget(len(decodes))
         if self.block_manager.kv_window is not None:
@@ -193,10 +193,11 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             draft: list[int] = []
-            if seq.is_decoding:
+            if self._row(seq):
                 undrafted -= 1
-                draft = self._draft(seq, budget - 1 - undrafted - reserve, undrafted)
-            num_new = min(seq.num_uncomputed_tokens, budget) + len(draft)
+                if seq.is_decoding:  # a replayed row's next token is known: nothing to draft
+                    draft = self._draft(seq, budget - 1 - undrafted - reserve, undrafted)
+            num_new = min(self._chunk_limit(seq), budget) + len(draft)
             if not self.config.enable_chunked_prefill and num_new < seq.num_uncomputed_tokens:
                 continue
             if self._make_room(seq, num_new, out):
@@ -206,6 +207,23 @@ class Scheduler:
         if not out.preempted:  # admitting while evicting would just thrash
             self._admit(out, budget)
         return out
+
+    def _row(self, seq: Sequence) -> bool:
+        """Whether seq's next chunk is a decoding row: its one new token, or a replayed generated one."""
+        return seq.is_decoding or (self.config.replay_outputs_as_rows and seq.is_replaying)
+
+    def _chunk_limit(self, seq: Sequence, start: int | None = None) -> int:
+        """The most tokens seq's next chunk may take from `start` (its computed count by default).
+
+        Where decoding rows round apart from prompt chunks, a recomputed sequence takes its prompt as a
+        chunk and then its generated tokens one per step, as they were computed first: its answer then
+        goes on as it would have without the preemption (docs/design/determinism.md).
+        """
+        start = seq.num_computed_tokens if start is None else start
+        left = len(seq.token_ids) - start
+        if not self.config.replay_outputs_as_rows or seq.num_output_tokens == 0:
+            return left
+        return seq.num_prompt_tokens - start if start < seq.num_prompt_tokens else 1
 
     def _draft(self, seq: Sequence, limit: int, later_decodes: int) -> list[int]:
         """Draft tokens for a decoding seq, only as many as fit in KV blocks nobody needs: drafts never
@@ -270,8 +288,8 @@ class Scheduler:
             start = (
                 seq.num_computed_tokens if seq.block_table else len(cached) * self.block_manager.block_size
             )
-            num_new = min(len(seq.token_ids) - start, budget)
-            if not self.config.enable_chunked_prefill and num_new < len(seq.token_ids) - start:
+            num_new = min(self._chunk_limit(seq, start), budget)
+            if not self.config.enable_chunked_prefill and num_new < self._chunk_limit(seq, start):
                 break
             if not self.block_manager.can_allocate(seq, cached, start + num_new):
                 break
@@ -287,8 +305,9 @@ class Scheduler:
     def _emit(
         self, out: SchedulerOutput, seq: Sequence, num_new: int, draft: list[int] | None = None
     ) -> None:
-        out.num_decodes += seq.is_decoding
-        if not seq.is_decoding:
+        row = self._row(seq)
+        out.num_decodes += row
+        if not row:
             out.prefill_context += num_new * (seq.num_computed_tokens + num_new / 2)
         out.seqs.append(seq)
         out.num_tokens.append(num_new)
@@ -315,7 +334,7 @@ class Scheduler:
                 block_table=seq.block_table,
                 return_all_logits=seq.params.prompt_logprobs is not None
                 and seq.num_computed_tokens < seq.num_prompt_tokens,
-                decoding=seq.is_decoding,
+                decoding=row,
             )
         )
 

@@ -127,6 +127,12 @@ class Sequence:
     def is_decoding(self) -> bool:
         return self.num_output_tokens > 0 and self.num_uncomputed_tokens == 1
 
+    @property
+    def is_replaying(self) -> bool:
+        """Recomputed after a preemption and past its prompt: generated tokens are left to compute again
+        before the last one, which decodes."""
+        return self.num_computed_tokens >= self.num_prompt_tokens and self.num_uncomputed_tokens > 1
+
     def fork(self, index: int) -> Sequence:
         """A sibling for n > 1 from this prompt; the block manager shares the prompt blocks."""
         return Sequence(

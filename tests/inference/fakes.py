@@ -71,6 +71,7 @@ class FakeRunner:
         self.max_model_len = max_model_len
         self.kv_capacity_tokens = num_blocks * block_size
         self.kv_window: int | None = None
+        self.rows_apart = False  # one path for every row: recomputed sequences take a prompt chunk
         self.kv_cache_bytes = num_blocks * block_size * 8
         self.vocab_size = VOCAB
         self.kv: dict[int, tuple[int, int]] = {}

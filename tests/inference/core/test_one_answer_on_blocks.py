@@ -1,8 +1,11 @@
 """One answer however requests arrive, on the GGUF block paths (issue 45): copies of one greedy request,
 arriving at staggered steps beside long prompts (so they are batched with different company, chunked by the
 token budget, found in the prefix cache and preempted by a small KV cache), all get the tokens and the very
-logprobs the request gets alone, on the AVX2 path (fp32); the AVX512 one (bf16) still answers differently
-after a preemption (below).
+logprobs the request gets alone, on the AVX2 path (fp32) and the AVX512 one (bf16).
+
+Where decoding rows take their own kernels (the AVX512 block reads, a fused layer stack), a sequence
+recomputed after a preemption replays its generated tokens as decoding rows, one per step, as they were
+first computed; recomputed as a prompt chunk, they took the batch path and the answer then went another way.
 
 The AVX2 path once gave two answers to one Responses request: torch's fp32 SDPA computed a row differently
 by batch size and by chunk (a prompt's last row as a one-token chunk over the prefix cache differed from the
@@ -29,16 +32,7 @@ Answer = tuple[tuple[int, ...], tuple[float, ...]]
 LONG_TEXT = "The history of the river valley is long and full of small events that nobody wrote down. " * 12
 
 
-# The AVX512 path keeps one answer until a preemption: the preempted sequence's generated tokens are then
-# recomputed as a prompt chunk, on the batch path (register GEMM, AMX tiles or the dense copy), whose bits
-# differ from the decoding rows' path that first computed them (measured: without preemption the same
-# arrivals give one answer and one logprob there). The AVX2 kernels have one path for every batch.
-AVX512_PREEMPTION = pytest.mark.xfail(
-    reason="AVX512: a recomputed sequence's generated tokens take the batch path", strict=True
-)
-
-
-@pytest.fixture(scope="module", params=["avx2", pytest.param("avx512", marks=AVX512_PREEMPTION)])
+@pytest.fixture(scope="module", params=["avx2", "avx512"])
 def on_blocks(request: pytest.FixtureRequest, test_cache_dir: Path) -> LoadedModel:
     """The bundled Q4_1 model with only its blocks (no dense copy), through either ISA's kernels."""
     isa = str(request.param)

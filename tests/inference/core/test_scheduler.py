@@ -10,13 +10,14 @@ from tests.inference.core.test_block_manager import check_invariants
 from tests.inference.fakes import FakeRunner
 
 
-def make(num_blocks=16, block_size=4, budget=32, max_seqs=4, chunked=True, max_len=32):
+def make(num_blocks=16, block_size=4, budget=32, max_seqs=4, chunked=True, max_len=32, replay=False):
     bm = BlockManager(num_blocks, block_size)
     cfg = SchedulerConfig(
         max_num_seqs=max_seqs,
         max_num_batched_tokens=budget,
         max_model_len=max_len,
         enable_chunked_prefill=chunked,
+        replay_outputs_as_rows=replay,
     )
     return Scheduler(cfg, bm), FakeRunner(num_blocks=num_blocks, block_size=block_size)
 
@@ -84,6 +85,32 @@ def test_preemption_by_recompute_when_blocks_run_out():
             sched.finish_requests([a], SequenceStatus.FINISHED_LENGTH)
     run_step(sched, runner)
     assert b.status is SequenceStatus.RUNNING and b.num_computed_tokens == len(b) - 1  # recomputed
+
+
+def test_a_recomputed_sequence_replays_its_generated_tokens_as_rows_where_rows_round_apart():
+    for replay in (False, True):
+        sched, runner = make(num_blocks=4, block_size=4, budget=32, max_len=16, replay=replay)
+        a, b = seq(7, arrival=0), seq(7, arrival=1, start=40)
+        sched.add(a)
+        sched.add(b)
+        run_step(sched, runner)
+        while b.status is not SequenceStatus.WAITING:  # until a's growth preempts it
+            run_step(sched, runner)
+        generated = b.num_output_tokens
+        assert generated >= 1
+        sched.finish_requests([a], SequenceStatus.FINISHED_LENGTH)
+        chunks: list[tuple[int, int, bool]] = []
+        sampled: list[Sequence] = []
+        while b not in sampled:  # until it samples its next token: none it had is sampled again
+            out, sampled = run_step(sched, runner)
+            chunks += [(c.start, c.num_tokens, c.decoding) for c in out.chunks]
+            assert len(chunks) <= 2 + generated, chunks
+        start, end = chunks[0][0], 7 + generated  # past what the prefix cache kept, to its last token
+        if replay:  # the rest of the prompt as a chunk, then each generated token as the row it first was
+            prompt = [(start, 7 - start, False)] if start < 7 else []
+            assert chunks == [*prompt, *((p, 1, True) for p in range(max(start, 7), end))], chunks
+        else:  # everything in one prompt chunk
+            assert chunks == [(start, end - start, False)], chunks
 
 
 def test_without_chunking_a_prompt_waits_for_a_whole_budget():
