@@ -117,9 +117,12 @@ class EngineConfig:
     kv_cache_memory_bytes: int | None = setting(
         None, "The KV cache's bytes; null: from gpu_memory_utilization (GPU), or the model and RAM (CPU)"
     )
-    # "auto" keeps fp32 greedy outputs equal to transformers' (inference/models/layers/kv_budget.py).
+    # An explicit dtype float32 keeps greedy outputs equal to transformers' (layers/kv_budget.py).
     kv_cache_dtype: str = setting(
-        "auto", "What the KV cache stores K and V in; auto: the compute dtype", choices=KV_CACHE_DTYPES
+        "auto",
+        "What the KV cache stores K and V in; auto: the compute dtype, but float16 on a CPU where dtype auto"
+        " chose float32",
+        choices=KV_CACHE_DTYPES,
     )
     gpu_memory_utilization: float = setting(0.9, "Share of the GPU's memory the engine may use, in (0, 1]")
     max_num_seqs: int = setting(64, "The most sequences running at once")

@@ -66,7 +66,7 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
 def check_kv_cache_dtype(value: object) -> None:
     if value not in KV_CACHE_DTYPES:
         raise ValueError(
-            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)} (auto: the compute dtype), "
+            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)} (auto: chosen with the dtype), "
             f"got {value!r}"
         )
 

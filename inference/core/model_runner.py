@@ -47,6 +47,7 @@ class ModelRunner:
             max_model_len=config.max_model_len,
             kv_cache_memory_bytes=config.kv_cache_memory_bytes,
             kv_cache_dtype=config.kv_cache_dtype,
+            dtype_setting=config.dtype,
             gpu_memory_utilization=config.gpu_memory_utilization,
             attention_backend=config.attention_backend,
             enforce_eager=config.enforce_eager,
@@ -64,6 +65,9 @@ class ModelRunner:
         kv_cache_memory_bytes: int | None,
         gpu_memory_utilization: float,
         kv_cache_dtype: str = "auto",
+        # The dtype as configured ("auto" on a CPU that chose fp32 keeps an fp16 cache); None, as tests and
+        # benches build a runner: the loaded model's dtype, as if set explicitly.
+        dtype_setting: str | None = None,
         attention_backend: str = "auto",
         enforce_eager: bool = False,
         cpu_threads: int | None = None,
@@ -85,7 +89,10 @@ class ModelRunner:
         if self.device.type == "cpu":
             torch.set_num_threads(cpu_thread_count(cpu_threads))
         compute = str(loaded.dtype).removeprefix("torch.")
-        self.kv_dtype: torch.dtype = getattr(torch, resolve_kv_dtype(kv_cache_dtype, compute))
+        kv_dtype = resolve_kv_dtype(
+            kv_cache_dtype, compute, dtype_setting=dtype_setting or compute, device_type=self.device.type
+        )
+        self.kv_dtype: torch.dtype = getattr(torch, kv_dtype)
         if self.device.type == "cuda" and self.kv_dtype != loaded.dtype:
             # The GPU backends (flash-attn, Triton) read the cache in the queries' dtype.
             raise ValueError(

@@ -162,7 +162,9 @@ def estimate(name: str, key: str, config: EngineConfig, shape: ModelShape, devic
     elem = DTYPE_BYTES.get(config.dtype, device.auto_dtype_bytes)
     weights = _weight_bytes(config, shape, device, elem)
     compute = config.dtype if config.dtype in DTYPE_BYTES else "bfloat16" if elem == 2 else "float32"
-    kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, compute)
+    kv_dtype = resolve_kv_dtype(
+        config.kv_cache_dtype, compute, dtype_setting=config.dtype, device_type=device.kind
+    )
     kv_elem = DTYPE_BYTES[kv_dtype]
     per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * kv_elem
     length = min(config.max_model_len or shape.context_length, shape.context_length)

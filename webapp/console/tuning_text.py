@@ -13,7 +13,7 @@ TUNING_HELP = {
     "256), torch SDPA on CPU; flash_attn needs flash-attn installed.",
     "enforce_eager": "CUDA only: turn decode CUDA graphs off (slower; for debugging).",
     "kv_cache_dtype": "CPU: what the KV cache stores keys and values in; float16 or bfloat16 halve an fp32 "
-    "model's cache. auto: the compute dtype.",
+    "model's cache. auto: the compute dtype, but float16 where dtype auto chose float32.",
     "default_temperature": "Temperature when a request omits it (0 = greedy).",
     "default_top_p": "top_p when a request omits it.",
     "default_max_tokens": "Reply length cap when a request omits max_tokens.",

@@ -40,11 +40,18 @@ class KVBudget:
     other_usage_bytes: int = 0  # CUDA only: weights, activations and other processes
 
 
-def resolve_kv_dtype(kv_cache_dtype: str, compute_dtype: str) -> str:
-    """The dtype the cache stores K and V in: the setting, or with "auto" the compute dtype (fp32 greedy
-    outputs stay equal to transformers', which the exactness tests hold us to)."""
+def resolve_kv_dtype(kv_cache_dtype: str, compute_dtype: str, *, dtype_setting: str, device_type: str) -> str:
+    """The dtype the cache stores K and V in: the setting, or with "auto" the compute dtype, except on a CPU
+    where dtype "auto" chose float32 (no native bf16): float16 there, as llama.cpp's default cache, at half
+    of fp32's memory (measured on the bundled model: the same greedy replies, logprobs within 0.005). An
+    explicit dtype float32 keeps an fp32 cache: greedy outputs equal to transformers' fp32 ones, which the
+    exactness tests hold us to."""
     check_kv_cache_dtype(kv_cache_dtype)
-    return compute_dtype if kv_cache_dtype == "auto" else kv_cache_dtype
+    if kv_cache_dtype != "auto":
+        return kv_cache_dtype
+    if device_type == "cpu" and dtype_setting == "auto" and compute_dtype == "float32":
+        return "float16"
+    return compute_dtype
 
 
 def default_kv_tokens(*, max_model_len: int, max_num_seqs: int, block_size: int) -> int:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from inference import LLMEngine, SamplingParams
 from inference.models.kernels import build as kernel_build
@@ -53,7 +52,9 @@ def chat(loaded: LoadedModel, text: str) -> list[int]:
 
 def engine_for(loaded: LoadedModel) -> LLMEngine:
     """Chunks of at most 48 tokens, and a cache of about 360 tokens: the long prompts' decoding preempts."""
-    bytes_per_token = 30 * 2 * 3 * 64 * (torch.finfo(loaded.dtype).bits // 8)  # layers, K and V, heads, dim
+    # Layers, K and V, heads, dim, in 2 bytes: either default cache is 16-bit (bf16 where the model computes
+    # in bf16, else fp16).
+    bytes_per_token = 30 * 2 * 3 * 64 * 2
     return make_engine(
         loaded,
         dtype="auto",

@@ -99,13 +99,19 @@ def test_the_kv_cache_is_planned_by_the_engines_rule_in_its_dtype() -> None:
     shape = read_shape(default_gguf_path())
     fp32_cpu = DeviceFacts("cpu", 16 << 30, 8 << 30, 4)  # a laptop without AVX512-BF16: dtype auto is fp32
     per_token_fp32 = 2 * 30 * 3 * 64 * 4
+    exact = estimate("m", "model", EngineConfig(device="cpu", dtype="float32"), shape, fp32_cpu)
+    assert exact.kv_bytes_per_token == per_token_fp32 and exact.kv_dtype == "float32"
+    assert exact.kv_bytes == (8192 + 63 * 64) * per_token_fp32  # 537 MiB, where 2 GiB was the old default
+    assert exact.kv_extra_tokens == 63 * 64 and exact.kv_sequences == 1
+    assert "(8192 + (64 - 1) x 64 = 12224 tokens)" in describe(exact)
+    # dtype auto chose fp32 here (no native bf16): the cache is fp16 by default, as the runner keeps it.
     plain = estimate("m", "model", EngineConfig(device="cpu"), shape, fp32_cpu)
-    assert plain.kv_bytes_per_token == per_token_fp32
-    assert plain.kv_bytes == (8192 + 63 * 64) * per_token_fp32  # 537 MiB, where 2 GiB was the old default
-    assert plain.kv_extra_tokens == 63 * 64 and plain.kv_sequences == 1
-    assert "(8192 + (64 - 1) x 64 = 12224 tokens)" in describe(plain)
-    half = estimate("m", "model", EngineConfig(device="cpu", kv_cache_dtype="float16"), shape, fp32_cpu)
-    assert half.kv_bytes_per_token == per_token_fp32 // 2 and half.kv_bytes == plain.kv_bytes // 2
+    assert plain.kv_dtype == "float16" and plain.kv_bytes_per_token == per_token_fp32 // 2
+    assert plain.kv_bytes == exact.kv_bytes // 2  # 269 MiB
+    half = estimate(
+        "m", "model", EngineConfig(device="cpu", dtype="float32", kv_cache_dtype="float16"), shape, fp32_cpu
+    )
+    assert half.kv_bytes_per_token == per_token_fp32 // 2 and half.kv_bytes == exact.kv_bytes // 2
     fixed = estimate("m", "model", EngineConfig(device="cpu", kv_cache_memory_bytes=1 << 30), shape, fp32_cpu)
     assert fixed.kv_bytes == 1 << 30 and fixed.kv_sequences == 0
     assert "kv_cache_memory_bytes=1073741824" in describe(fixed)

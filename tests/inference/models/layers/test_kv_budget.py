@@ -67,9 +67,16 @@ def test_an_explicit_budget_wins_and_must_be_positive() -> None:
         cpu_kv_budget(0, bytes_per_token=SMOL_FP32, max_model_len=8192, max_num_seqs=64, block_size=16)
 
 
-def test_kv_dtype_auto_is_the_compute_dtype_and_a_choice_is_kept() -> None:
-    assert resolve_kv_dtype("auto", "float32") == "float32"
-    assert resolve_kv_dtype("auto", "bfloat16") == "bfloat16"
-    assert resolve_kv_dtype("float16", "float32") == "float16"
+def test_kv_dtype_auto_is_the_compute_dtype_but_fp16_where_auto_chose_fp32_on_a_cpu() -> None:
+    def kv(setting: str, compute: str, dtype: str = "auto", device: str = "cpu") -> str:
+        return resolve_kv_dtype(setting, compute, dtype_setting=dtype, device_type=device)
+
+    assert kv("auto", "float32") == "float16"  # a CPU without native bf16: llama.cpp's default cache
+    assert kv("auto", "float32", dtype="float32") == "float32"  # asked for fp32: exact against fp32
+    assert kv("auto", "bfloat16") == "bfloat16"
+    assert kv("auto", "float32", device="cuda") == "float32"  # GPU backends read the queries' dtype
+    assert kv("auto", "float16", device="cuda") == "float16"
+    assert kv("float16", "float32") == kv("float16", "float32", dtype="float32") == "float16"
+    assert kv("float32", "float32") == "float32"
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, float32, bfloat16, float16"):
-        resolve_kv_dtype("fp8", "float32")
+        kv("fp8", "float32")

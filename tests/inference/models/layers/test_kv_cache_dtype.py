@@ -26,9 +26,10 @@ def tiny(tiny_model_dir: Callable[[str], Path]) -> LoadedModel:
     return load_model(str(tiny_model_dir("llama-rope-llama3")), dtype="float32", device="cpu")
 
 
-def runner(loaded: LoadedModel, kv_cache_dtype: str) -> ModelRunner:
+def runner(loaded: LoadedModel, kv_cache_dtype: str, dtype_setting: str | None = None) -> ModelRunner:
     return ModelRunner(
         loaded,
+        dtype_setting=dtype_setting,
         block_size=BLOCK,
         max_num_seqs=4,
         max_num_batched_tokens=256,
@@ -45,8 +46,11 @@ def logits(loaded: LoadedModel, kv_cache_dtype: str) -> torch.Tensor:
 
 
 def test_auto_keeps_the_compute_dtype_and_a_choice_is_what_the_cache_stores(tiny: LoadedModel) -> None:
-    fp32 = runner(tiny, "auto")
+    fp32 = runner(tiny, "auto")  # as loaded in fp32 on purpose (dtype float32): an exact cache
     assert fp32.kv_dtype == torch.float32
+    assert runner(tiny, "auto", dtype_setting="float32").kv_dtype == torch.float32
+    # dtype "auto" that chose fp32 on a CPU (no native bf16): the fp16 cache llama.cpp keeps by default.
+    assert runner(tiny, "auto", dtype_setting="auto").kv_dtype == torch.float16
     half = runner(tiny, "float16")
     k_cache = next(iter(half.model.decoder_layers())).self_attn.attn.k_cache
     assert half.kv_dtype == torch.float16 and k_cache.dtype == torch.float16
