@@ -30,8 +30,7 @@ from inference.models.layers.kv_budget import (
     resolve_kv_dtype,
 )
 from inference.models.loader.load import LoadedModel
-from inference.models.quantization.gguf.fused_layers import FusedDecode
-from inference.models.quantization.rows import decoding_rows_fused, fused_decode, module_rows
+from inference.models.quantization.rows import NativeDecode, decoding_rows_fused, fused_decode, module_rows
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ class ModelRunner:
         self.max_model_len = loaded.context_length
         self.num_blocks = 0
         self.decode_graphs: DecodeGraphs | None = None
-        self.fused_decode: FusedDecode | None = None
+        self.fused_decode: NativeDecode | None = None
         # perf_counter when the latest execute() had its inputs on the device: the engine's step timings
         # split inputs from forward there.
         self.inputs_ready_at = 0.0
@@ -313,7 +312,7 @@ class ModelRunner:
         return self._logits(chunks, batch.query_lens, self._module_forward(chunks, batch, in_flight))
 
     def _split_forward(
-        self, fused: FusedDecode, chunks: list[ScheduledChunk], batch: HostBatch
+        self, fused: NativeDecode, chunks: list[ScheduledChunk], batch: HostBatch
     ) -> torch.Tensor:
         """Decoding chunks through the native stack, however many and whatever else the step holds; prompt
         chunks through the modules. A generated token's numerics then never depend on its step's company."""
@@ -375,7 +374,7 @@ class ModelRunner:
         return StepLogits(last=last, all_positions={i: logits[a:b] for i, (a, b) in spans.items()})
 
 
-def _native_forward(fused: FusedDecode, batch: HostBatch) -> torch.Tensor:
+def _native_forward(fused: NativeDecode, batch: HostBatch) -> torch.Tensor:
     """The final hidden states of a batch of decoding chunks, every row through the native stack."""
     tables = [t for t, n in zip(batch.block_tables, batch.query_lens, strict=True) for _ in range(n)]
     return fused.run_rows(batch.input_ids, batch.positions, batch.slots, tables)

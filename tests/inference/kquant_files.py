@@ -127,8 +127,9 @@ def _more_bits(layer: int, layers: int) -> bool:
 def requantize_q4_k_m(source: Path, target: Path, *, mix: str = "Q4_K_M") -> dict[str, int]:
     """The GGUF `source` rewritten with Q4_K_M's choice of types: Q4_K, with Q6_K for the output and for the
     attn_v and ffn_down of some layers, and Q8_0 where a row is not whole super-blocks (llama-quantize's own
-    fallback for Q6_K); with mix "IQ4_XS", IQ4_XS for every tensor of whole super-blocks. Metadata and
-    tokenizer are copied. Returns how many tensors took each type."""
+    fallback for Q6_K); with mix "IQ4_XS", IQ4_XS for every tensor of whole super-blocks; with "Q4_0" or
+    "Q8_0", that type for every matrix. Metadata and tokenizer are copied. Returns how many tensors took
+    each type."""
     reader = GGUFReader(source)
     arch = str(reader.fields["general.architecture"].contents())
     layers = int(reader.fields[f"{arch}.block_count"].contents())
@@ -166,6 +167,8 @@ def requantize_q4_k_m(source: Path, target: Path, *, mix: str = "Q4_K_M") -> dic
 def _chosen_type(name: str, shape: tuple[int, ...], layers: int, mix: str) -> T:
     if len(shape) < 2:
         return T.F32
+    if mix in ("Q4_0", "Q8_0"):  # one legacy block type throughout (every row here is whole 32-blocks)
+        return T[mix]
     if shape[-1] % SUPER:
         return T.Q8_0
     if mix == "IQ4_XS":

@@ -1,6 +1,6 @@
 """Compile the native CPU kernels (csrc/) into the cache's kernels/: the AVX512 library (GGUF block
 linears, AMX tile linears, the fused decode layers, prompt attention) on CPUs with AVX512-BF16, else the
-AVX2 library (GGUF block linears in fp32) on CPUs with AVX2.
+AVX2 library (GGUF block linears, paged attention and the fused decode layers, in fp32) on CPUs with AVX2.
 
 `make install` runs this module so a server never spends its first start compiling (about 15 s):
 

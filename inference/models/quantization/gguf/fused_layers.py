@@ -83,7 +83,7 @@ class FusedDecode:
             for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
                 method = linear.method
                 if not isinstance(method, GGUFDecodeMethod) or not isinstance(method.kernel, Avx512Kernel):
-                    return None  # the fp32 AVX2 kernel (quantization/gguf/avx2.py) keeps the module path
+                    return None  # the fp32 AVX2 kernels have their own stack (gguf/fused_avx2.py)
                 if kernel and method.kernel != kernel:
                     return None
                 kernel = method.kernel

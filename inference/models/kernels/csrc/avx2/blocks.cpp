@@ -17,6 +17,7 @@
 
 #include "common.h"
 #include "kquants.h"
+#include "products.h"
 
 namespace mooncake_avx2 {
 
@@ -105,6 +106,17 @@ void dm_rows(const Activations& a, const uint8_t* base, int64_t row_bytes, const
   }, y);
 }
 
+void dm_product(const Activations& a, const at::Tensor& levels, const at::Tensor& dm, float* y) {
+  const auto* base = static_cast<const uint8_t*>(levels.data_ptr());
+  const auto* pairs = reinterpret_cast<const uint16_t*>(dm.data_ptr<at::Half>());
+  const int64_t row_bytes = levels.size(1), row_pairs = dm.size(1), out_features = levels.size(0);
+  if (levels.scalar_type() == at::kChar) {
+    dm_rows<true>(a, base, row_bytes, pairs, row_pairs, out_features, y);
+  } else {
+    dm_rows<false>(a, base, row_bytes, pairs, row_pairs, out_features, y);
+  }
+}
+
 // (levels, dm) blocks: uint8 nibbles [out, in / 2] (Q4_0/Q4_1) or int8 levels [out, in] (Q8_0).
 at::Tensor block_linear(const at::Tensor& x, const at::Tensor& levels, const at::Tensor& dm,
                         const c10::optional<at::Tensor>& bias, bool wide) {
@@ -116,14 +128,7 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& levels, const at:
               "blocks do not match x");
   const Activations a(xf.data_ptr<float>(), xf.size(0), k, kGroup, wide);
   at::Tensor y = at::empty({xf.size(0), out_features}, xf.options());
-  const auto* base = static_cast<const uint8_t*>(levels.data_ptr());
-  const auto* pairs = reinterpret_cast<const uint16_t*>(dm.data_ptr<at::Half>());
-  const int64_t row_bytes = levels.size(1), row_pairs = dm.size(1);
-  if (q8) {
-    dm_rows<true>(a, base, row_bytes, pairs, row_pairs, out_features, y.data_ptr<float>());
-  } else {
-    dm_rows<false>(a, base, row_bytes, pairs, row_pairs, out_features, y.data_ptr<float>());
-  }
+  dm_product(a, levels, dm, y.data_ptr<float>());
   return finish(y, bias, x.scalar_type());
 }
 
@@ -139,23 +144,31 @@ void kquant_rows(const Activations& a, const at::Tensor& raw, float* y) {
   }, y);
 }
 
+int64_t kquant_bytes(int64_t kind) {
+  return kind == 12 ? 144 : kind == 13 ? 176 : kind == 14 ? 210 : kind == 23 ? 136 : 0;
+}
+
+void kquant_product(const Activations& a, const at::Tensor& raw, int64_t kind, float* y) {
+  switch (kind) {
+    case 12: kquant_rows<K4Super<false>>(a, raw, y); break;
+    case 13: kquant_rows<K4Super<true>>(a, raw, y); break;
+    case 14: kquant_rows<Q6Super>(a, raw, y); break;
+    default: kquant_rows<IQ4XSSuper>(a, raw, y); break;
+  }
+}
+
 // K-quant super-blocks as the file stores them: raw [out, in / 256 * bytes], kind ggml's type id.
 at::Tensor kquant_linear(const at::Tensor& x, const at::Tensor& raw, int64_t kind,
                          const c10::optional<at::Tensor>& bias, bool wide) {
   const at::Tensor xf = flat_input(x);
   const int64_t k = xf.size(1);
   TORCH_CHECK(raw.is_contiguous() && raw.scalar_type() == at::kByte && k % 256 == 0, "bad super-block layout");
-  const int64_t bytes = kind == 12 ? 144 : kind == 13 ? 176 : kind == 14 ? 210 : kind == 23 ? 136 : 0;
+  const int64_t bytes = kquant_bytes(kind);
   TORCH_CHECK(bytes != 0, "unsupported K-quant type ", kind);
   TORCH_CHECK(raw.size(1) == k / 256 * bytes, "super-blocks do not match x");
   const Activations a(xf.data_ptr<float>(), xf.size(0), k, 256, wide);
   at::Tensor y = at::empty({xf.size(0), raw.size(0)}, xf.options());
-  switch (kind) {
-    case 12: kquant_rows<K4Super<false>>(a, raw, y.data_ptr<float>()); break;
-    case 13: kquant_rows<K4Super<true>>(a, raw, y.data_ptr<float>()); break;
-    case 14: kquant_rows<Q6Super>(a, raw, y.data_ptr<float>()); break;
-    default: kquant_rows<IQ4XSSuper>(a, raw, y.data_ptr<float>()); break;
-  }
+  kquant_product(a, raw, kind, y.data_ptr<float>());
   return finish(y, bias, x.scalar_type());
 }
 

@@ -43,6 +43,11 @@ TORCH_LIBRARY(mooncake_avx2, m) {
   m.def(
       "paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor tables, Tensor chunks, float scale, "
       "int window=0, float softcap=0.0) -> Tensor");
+  // Every decoder layer of a decode batch in one call (fp32 activations, hidden states of the rows' tokens in).
+  m.def(
+      "decode_layers(Tensor hidden, Tensor positions, Tensor cos, Tensor sin, Tensor slots, Tensor block_tables, "
+      "Tensor[] k_caches, Tensor[] v_caches, Tensor[] norms, Tensor[] weights, Tensor[] dms, int[] kinds, "
+      "int[] counts, int num_heads, int num_kv_heads, float eps, float scale, bool wide) -> Tensor");
 }
 
 #else
