@@ -14,6 +14,9 @@
 # On a CPU with AMX, without AMX (-mno-amx-tile -mno-amx-int8 -mno-amx-bf16, which GCC keeps over
 # -march=native): this llama.cpp's AMX code dies on such CPUs (SIGILL on tilezero, or a protection fault in
 # its repack of K-quant files), so the peer runs its AVX-512 kernels; bench/.llama-server/VERSION says so.
+# BENCH_LLAMA_ISA=avx2 builds without AVX-512 as well (-mno-avx512f, which GCC likewise keeps over
+# -march=native) into bench/.llama-server-avx2: the peer of an AVX2-only CPU, on a CPU that has AVX-512,
+# beside our own AVX2 path (cpu_isa: avx2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -25,6 +28,11 @@ if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
     STAMP="$STAMP+no-amx"
 fi
 DEST=$ROOT/bench/.llama-server
+if [ "${BENCH_LLAMA_ISA:-native}" = avx2 ]; then
+    NO_AMX="$NO_AMX -mno-avx512f"
+    STAMP="$STAMP+avx2"
+    DEST=$ROOT/bench/.llama-server-avx2
+fi
 BIN=$DEST/bin/llama-server
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 

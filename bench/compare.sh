@@ -42,6 +42,8 @@
 # BENCH_OURS_QUANT (our server's quantization, default none; gguf keeps the GGUF's Q4_1 linears 4-bit),
 # BENCH_GGUF=FILE (serve this GGUF instead of the bundled model, ours and llama-server both: e.g. a file of
 # bench/shaped_models.py; ours then shares the checkout's var/cache, so its conversion is made once),
+# BENCH_LLAMA_ISA=avx2 with MOONCAKE_CPU_ISA=avx2 and BENCH_OURS_DTYPE=float32: both servers as on a CPU
+# without AVX-512 (llama-server built without it, bench/build_llama_server.sh),
 # BENCH_PYSPY=1 (py-spy, installed into the peer venv, samples our server at 20 Hz during load (a):
 # ours-a.pyspy.txt and its summary ours-a.pyspy-summary.txt; external sampling, about 1% of a core).
 set -euo pipefail
@@ -351,7 +353,7 @@ per_token = c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", c["num_att
 print(f"{per_token * int(sys.argv[2]) / 2**20:.0f} MiB")
 EOF
 )
-    echo "llama-server: $("$LLAMA_BIN" --version 2>&1 | grep -m 1 version) (build $(cat bench/.llama-server/VERSION)), $(basename "$GGUF")," \
+    echo "llama-server: $("$LLAMA_BIN" --version 2>&1 | grep -m 1 version) (build $(cat "$(dirname "$LLAMA_BIN")/../VERSION")), $(basename "$GGUF")," \
         "$LLAMA_SLOTS slots x $LLAMA_CTX tokens, f16 KV cache ($kv), -t $THREADS -tb $THREADS${BENCH_LLAMA_ARGS:+ $BENCH_LLAMA_ARGS}" \
         >>"$OUT/setup.txt"
     start_llama llama || { log "llama-server did not start"; exit 1; }
