@@ -4,14 +4,15 @@ The manager is thread-safe and its loads run on threads of their own; it announc
 waiting request looks again every POLL_SECONDS with an asyncio sleep: the event loop stays free, and a
 client that disconnects cancels the request's task, which ends the wait with nothing left behind. Past the
 bound the request gets the 503 (with Retry-After) it got at once before; a model that fails meanwhile
-answers with that failure at once.
+answers with that failure at once. A registered model that is not on its way is loaded first where a loader
+is installed (webapp.serving.on_demand: memory allowing, else a 503 that says why).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.conf import settings
@@ -26,6 +27,15 @@ logger = logging.getLogger(__name__)
 # The states a model passes through on its way to "loaded" (a crashed engine's restart included).
 WAITING_STATES = frozenset({"downloading", "loading", "restarting"})
 POLL_SECONDS = 0.1
+# Loads a registered model that is not on its way and waits for it, raising why it cannot
+# (webapp.serving.on_demand installs it, as a chat's pick loads one); None: such a model is refused.
+MissingModelLoader = Callable[[ModelManagerClient, "str | None"], Awaitable[None]]
+_missing_model_loader: MissingModelLoader | None = None
+
+
+def set_missing_model_loader(loader: MissingModelLoader | None) -> None:
+    global _missing_model_loader
+    _missing_model_loader = loader
 
 
 def configured_wait(name: str) -> float:
@@ -55,7 +65,11 @@ async def ready_engine(
             if info.state == "failed" and deadline is not None:
                 raise _failed(info) from None
             if info.state not in WAITING_STATES:
-                raise
+                if _missing_model_loader is None or deadline is not None:
+                    raise
+                deadline = loop.time() + bound(info.name)  # the loader's own wait is bounded likewise
+                await _missing_model_loader(manager, model)
+                continue
             now = loop.time()
             if deadline is None:
                 deadline = now + bound(info.name)

@@ -22,6 +22,7 @@ from inference.api import ModelInfo, ModelManagerClient
 from webapp.core.errors import MODEL_RETRY_AFTER_S, Conflict, NotFound, Unavailable
 from webapp.serving.model_access import Viewer, ensure_may_use
 from webapp.serving.model_states import LOADING_STATES, ModelStatus
+from webapp.serving.model_wait import configured_wait, set_missing_model_loader
 from webapp.serving.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -150,9 +151,21 @@ _starter: Callable[[str], None] | None = None
 
 
 def install(*, estimate: Estimator, start: Callable[[str], None]) -> None:
-    """How a model is sized, (bytes needed, bytes free now) or None, and how its load starts everywhere."""
+    """How a model is sized, (bytes needed, bytes free now) or None, and how its load starts everywhere.
+    From then on a request for a registered model that is not loaded loads it (Runtime.get_engine)."""
     global _estimator, _starter
     _estimator, _starter = estimate, start
+    set_missing_model_loader(load_missing)
+
+
+async def load_missing(manager: ModelManagerClient, model: str | None) -> None:
+    """Load `model` (None: the default) on demand and wait for it, as a chat's pick does (and Ollama's API
+    does): one load however many requests ask. Raises the Unavailable or NotFound of load_on_demand."""
+    if await asyncio.to_thread(load_on_demand, name=model, manager=manager) == ModelStatus.READY:
+        return
+    info = find(manager, model)
+    name = info.name if info is not None else (model or "")
+    await wait_loaded(name=name, bound=configured_wait(name), manager=manager)
 
 
 def _estimate(info: ModelInfo) -> tuple[int, int] | None:

@@ -11,7 +11,6 @@ AppConfig.ready; those registrations are wiring, made once per process, so they 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import gc
 import logging
 import threading
@@ -21,13 +20,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 
-from inference.api import EngineClient, ModelManagerClient, NoModelLoadedError
+from inference.api import EngineClient, ModelManagerClient
 from webapp.serving.generation import GenerationService
 from webapp.serving.health_log import HealthLog
+from webapp.serving.heap import release_free_heap
 from webapp.serving.jobs import ProcessJobs
 from webapp.serving.limits import Limiter, RateLimiter
-from webapp.serving.model_states import ModelStatus
-from webapp.serving.model_wait import configured_wait, ready_engine
+from webapp.serving.model_wait import ready_engine
 
 if TYPE_CHECKING:
     from webapp.serving.model_access import Viewer
@@ -69,17 +68,6 @@ def run_load_hooks(engine: EngineClient) -> None:
     gc.collect()
     gc.freeze()
     release_free_heap()
-
-
-def release_free_heap() -> None:
-    """Hand the heap that loading freed (conversion buffers, the warm-up's activations) back to the OS.
-    glibc keeps freed memory in its arenas for reuse, so without this the server's idle RSS carries what
-    the load once needed, not what it holds."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (musl, macOS): nothing to ask
-        return
-    libc.malloc_trim(0)
 
 
 def _build_manager() -> ModelManagerClient:
@@ -143,18 +131,6 @@ class Runtime:
         registered model that is not loaded is loaded first, memory allowing. Raises UnknownModelError,
         or Unavailable naming the model and why it cannot serve (past the wait, a failed or refused load)."""
         manager = self._manager if self._manager is not None else await asyncio.to_thread(self.manager)
-        try:
-            return await ready_engine(manager, model)
-        except NoModelLoadedError:
-            pass
-        # As a chat's pick loads it (and Ollama's API does): one load however many requests ask at once.
-        # Function-local: on_demand reads the runtime, so a module-level import would be a cycle.
-        from webapp.serving.on_demand import find, load_on_demand, wait_loaded
-
-        if await asyncio.to_thread(load_on_demand, name=model, manager=manager) != ModelStatus.READY:
-            info = find(manager, model)
-            name = info.name if info is not None else (model or "")
-            await wait_loaded(name=name, bound=configured_wait(name), manager=manager)
         return await ready_engine(manager, model)
 
     def service(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:

@@ -8,7 +8,7 @@ import ctypes.util
 import psutil
 import pytest
 
-from webapp.serving.runtime import release_free_heap
+from webapp.serving.heap import release_free_heap
 
 MIB = 1 << 20
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from inference.api import QueueFullError, SamplingParams
+from inference.api import NoModelLoadedError, QueueFullError, SamplingParams
 from tests.webapp.fake_engine import FakeEngine, FakeModelManager
 from webapp.core.errors import InvalidRequest, RateLimited, Unavailable
 from webapp.serving.generation import GenerationRequest, GenerationRun, Prepared
@@ -100,7 +100,8 @@ async def test_no_model_is_a_503_before_prepare(runtime: Runtime) -> None:
     runtime.install_manager(manager)
     with pytest.raises(Unavailable) as info:
         await runtime.generation.start(request(prepared()))
-    assert info.value.code == "no_model" and "No model is set up yet" in info.value.message
+    assert info.value.code == "model_not_loaded"
+    assert isinstance(info.value.__cause__, NoModelLoadedError)
 
 
 async def test_sequences_hold_concurrency(runtime: Runtime, engine: FakeEngine) -> None:
