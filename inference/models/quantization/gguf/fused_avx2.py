@@ -24,6 +24,7 @@ from inference.models.architectures.decoder import DecoderForCausalLM
 from inference.models.layers.mlp import GatedMLP
 from inference.models.layers.norms import RMSNorm
 from inference.models.quantization.gguf.avx2 import Avx2Kernel
+from inference.models.quantization.gguf.fused_rows import block_table, in_calls
 from inference.models.quantization.gguf.layout import KQuantWeight
 from inference.models.quantization.gguf.method import GGUFDecodeMethod
 
@@ -132,11 +133,7 @@ class Avx2FusedDecode:
         speculative chunk (each row sees its sequence's keys up to its own position, those of the call's
         earlier rows included: every row's K/V is stored before any row attends, as in the module path)."""
         model, args = self.model, self.model.args
-        block_size = int(self.k_caches[0].shape[1])
-        used = -(-(positions + 1) // block_size)
-        table = np.zeros((len(block_tables), int(used.max())), dtype=np.int32)
-        for row, (blocks, n) in enumerate(zip(block_tables, used.tolist(), strict=True)):
-            table[row, :n] = blocks[:n]
+        table = block_table(block_tables, positions, int(self.k_caches[0].shape[1]))
         ids, at = torch.from_numpy(input_ids), torch.from_numpy(positions)
         hidden = model.model.embed_tokens(ids)  # the module path's own lookup and rotary rows
         cos, sin = model.rotary.cos_sin(at, torch.float32)
@@ -166,11 +163,7 @@ class Avx2FusedDecode:
     ) -> torch.Tensor:
         """run() for any number of rows, max_rows at a time and in order (a later row of one sequence sees
         the keys an earlier call wrote)."""
-        m = self.max_rows
-        if len(input_ids) <= m:
-            return self.run(input_ids, positions, slots, block_tables)
-        parts = [slice(a, a + m) for a in range(0, len(input_ids), m)]
-        return torch.cat([self.run(input_ids[p], positions[p], slots[p], block_tables[p]) for p in parts])
+        return in_calls(self.run, self.max_rows, input_ids, positions, slots, block_tables)
 
 
 def _on_avx2_blocks(model: DecoderForCausalLM) -> bool:

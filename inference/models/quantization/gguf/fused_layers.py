@@ -25,6 +25,7 @@ import torch
 from inference.models.architectures.decoder import DecoderForCausalLM
 from inference.models.layers.mlp import GatedMLP
 from inference.models.quantization.gguf.avx512 import KQUANT_ACTIVATIONS_OP, Avx512Kernel
+from inference.models.quantization.gguf.fused_rows import block_table, in_calls
 from inference.models.quantization.gguf.layout import BlockWeight, DecodeWeight, KQuantWeight
 from inference.models.quantization.gguf.method import GGUFDecodeMethod
 
@@ -125,10 +126,7 @@ class FusedDecode:
         short chunk (each row sees its sequence's context up to its own position, written earlier in the
         same layer, which makes a chunk's rows causal)."""
         model, args = self.model, self.model.args
-        used = -(-(positions + 1) // self._block_size)
-        table = np.zeros((len(block_tables), int(used.max())), dtype=np.int32)
-        for row, (blocks, n) in enumerate(zip(block_tables, used.tolist(), strict=True)):
-            table[row, :n] = blocks[:n]
+        table = block_table(block_tables, positions, self._block_size)
         cos, sin = self._rotary_tables(int(positions.max()) + 1)
         return torch.ops.mooncake_avx512.decode_layers(
             torch.from_numpy(input_ids),
@@ -159,11 +157,7 @@ class FusedDecode:
         """run() for any number of rows, max_rows at a time and in order. A row's sums never depend on the
         other rows of its call, so how a step is cut changes no bits; a later row of one sequence sees the
         keys an earlier call wrote."""
-        m = self.max_rows
-        if len(input_ids) <= m:
-            return self.run(input_ids, positions, slots, block_tables)
-        parts = [slice(a, a + m) for a in range(0, len(input_ids), m)]
-        return torch.cat([self.run(input_ids[p], positions[p], slots[p], block_tables[p]) for p in parts])
+        return in_calls(self.run, self.max_rows, input_ids, positions, slots, block_tables)
 
     def _rotary_tables(self, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
         """bf16 cos/sin rows for positions 0..n-1 at least, computed as the module path computes them (the
