@@ -1,11 +1,12 @@
 // A GGUF's blocks multiplied as the file stores them on CPUs with AVX2 but without AVX512-BF16, where the
 // model runs in fp32 (built apart from the AVX512 library, with -mavx2 -mfma -mf16c only).
 //
-// The activations are quantized once per call (avx2_common.h: per 32 values for the Q4/Q8_0 blocks, per 256
-// for the K-quants), rounded to nearest: to int8 as llama.cpp does on these CPUs, or to 14 bits as two 7-bit
-// halves, each taking the int8 path (twice its multiplies, for 1/64 of its rounding error). Levels meet them
-// in vpmaddubsw (unsigned levels x signed activations; signed levels through vpsignb) and vpmaddwd; the
-// Q4/Q8_0 blocks add one fp32 FMA per 32 weights, the K-quants one per super-block (avx2_kquants.h). Weights
+// The activations are quantized once per call (common.h: per 32 values for the Q4/Q8_0 blocks, per 256 for
+// the K-quants), rounded to nearest: to int8 as llama.cpp does on these CPUs, or to 14 bits (1/64 of its
+// rounding error). Int8 ones meet the levels in vpmaddubsw (unsigned levels x signed activations; signed
+// levels through vpsignb) and vpmaddwd, 14-bit ones as two int8 halves the same way or, for signed levels
+// and several rows, as int16 against levels widened once (common.h's Path: the same int32 lanes); the
+// Q4/Q8_0 blocks add one fp32 FMA per 32 weights, the K-quants one per super-block (kquants.h). Weights
 // are read once per 64 activation rows; each weight row's blocks are expanded once per 4 rows, in L1.
 //
 // Types: Q4_0/Q4_1 and Q8_0 in the (levels, dm) layout of q4_decode.DecodeWeight; Q4_K, Q5_K, Q6_K and
@@ -35,7 +36,7 @@ struct DmBlocks {
   }
 };
 
-template <bool kQ8, int kRows>
+template <bool kQ8, Path kPath, int kRows>
 inline void dm_row(const DmBlocks<kQ8>& f, int64_t blocks, const Activations& a, int64_t r0, float* out) {
   __m256 acc[kRows];
   float offsets[kRows];
@@ -46,10 +47,18 @@ inline void dm_row(const DmBlocks<kQ8>& f, int64_t blocks, const Activations& a,
   for (int64_t b = 0; b < blocks; ++b) {
     const __m256i w = f.level(b);
     const float d = _cvtsh_ss(f.dm[2 * b]), m = kQ8 ? 0.0f : _cvtsh_ss(f.dm[2 * b + 1]);
+    __m256i halves[2];
+    if constexpr (kPath == Path::kWords) expand_pairs<kQ8>(w, halves);
     for (int r = 0; r < kRows; ++r) {
       const int64_t at = (r0 + r) * a.blocks + b;
-      __m256i dot = f.dot(w, load32(a.q.data() + at * kGroup));
-      if (a.wide) dot = _mm256_add_epi32(_mm256_slli_epi32(dot, 7), f.dot(w, load32(a.low.data() + at * kGroup)));
+      __m256i dot;
+      if constexpr (kPath == Path::kWords) {
+        dot = pair_dot(halves, a.words.data() + at * kGroup);
+      } else {
+        dot = f.dot(w, load32(a.q.data() + at * kGroup));
+        if constexpr (kPath == Path::kHalves)
+          dot = _mm256_add_epi32(_mm256_slli_epi32(dot, 7), f.dot(w, load32(a.low.data() + at * kGroup)));
+      }
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[at]), acc[r]);
       if (!kQ8) offsets[r] += m * a.dsum[at];
     }
@@ -94,13 +103,21 @@ at::Tensor flat_input(const at::Tensor& x) {
   return x.to(at::kFloat).contiguous();
 }
 
-template <bool kQ8>
+// call(P) with a's path for levels of this signedness as the constant P.
+#define MOONCAKE_BY_PATH(a, signed_levels, call)           \
+  switch ((a).path(signed_levels)) {                       \
+    case Path::kWords: call(Path::kWords); break;          \
+    case Path::kHalves: call(Path::kHalves); break;        \
+    default: call(Path::kInt8); break;                     \
+  }
+
+template <bool kQ8, Path kPath>
 void dm_rows(const Activations& a, const uint8_t* base, int64_t row_bytes, const uint16_t* pairs, int64_t row_pairs,
              int64_t out_features, float* y) {
   const int64_t blocks = a.k / kGroup;
   multiply(a, out_features, [&](int64_t o, int64_t r0, int n, float* out) {
     const DmBlocks<kQ8> f{base + o * row_bytes, pairs + o * row_pairs};
-#define MOONCAKE_CALL(rows) dm_row<kQ8, rows>(f, blocks, a, r0, out)
+#define MOONCAKE_CALL(rows) dm_row<kQ8, kPath, rows>(f, blocks, a, r0, out)
     MOONCAKE_BY_ROWS(n, MOONCAKE_CALL)
 #undef MOONCAKE_CALL
   }, y);
@@ -110,11 +127,15 @@ void dm_product(const Activations& a, const at::Tensor& levels, const at::Tensor
   const auto* base = static_cast<const uint8_t*>(levels.data_ptr());
   const auto* pairs = reinterpret_cast<const uint16_t*>(dm.data_ptr<at::Half>());
   const int64_t row_bytes = levels.size(1), row_pairs = dm.size(1), out_features = levels.size(0);
+#define MOONCAKE_Q8(path) dm_rows<true, path>(a, base, row_bytes, pairs, row_pairs, out_features, y)
+#define MOONCAKE_Q4(path) dm_rows<false, path>(a, base, row_bytes, pairs, row_pairs, out_features, y)
   if (levels.scalar_type() == at::kChar) {
-    dm_rows<true>(a, base, row_bytes, pairs, row_pairs, out_features, y);
+    MOONCAKE_BY_PATH(a, true, MOONCAKE_Q8)
   } else {
-    dm_rows<false>(a, base, row_bytes, pairs, row_pairs, out_features, y);
+    MOONCAKE_BY_PATH(a, false, MOONCAKE_Q4)
   }
+#undef MOONCAKE_Q8
+#undef MOONCAKE_Q4
 }
 
 // (levels, dm) blocks: uint8 nibbles [out, in / 2] (Q4_0/Q4_1) or int8 levels [out, in] (Q8_0).
@@ -132,13 +153,13 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& levels, const at:
   return finish(y, bias, x.scalar_type());
 }
 
-template <class F>
+template <class F, Path kPath>
 void kquant_rows(const Activations& a, const at::Tensor& raw, float* y) {
   const auto* base = raw.data_ptr<uint8_t>();
   const int64_t row_bytes = raw.size(1), blocks = a.k / 256;
   multiply(a, raw.size(0), [&](int64_t o, int64_t r0, int n, float* out) {
     const uint8_t* row = base + o * row_bytes;
-#define MOONCAKE_CALL(rows) super_row<F, rows>(row, blocks, a, r0, out)
+#define MOONCAKE_CALL(rows) super_row<F, kPath, rows>(row, blocks, a, r0, out)
     MOONCAKE_BY_ROWS(n, MOONCAKE_CALL)
 #undef MOONCAKE_CALL
   }, y);
@@ -148,12 +169,19 @@ int64_t kquant_bytes(int64_t kind) {
   return kind == 12 ? 144 : kind == 13 ? 176 : kind == 14 ? 210 : kind == 23 ? 136 : 0;
 }
 
+template <class F>
+void kquant_type(const Activations& a, const at::Tensor& raw, float* y) {
+#define MOONCAKE_CALL(path) kquant_rows<F, path>(a, raw, y)
+  MOONCAKE_BY_PATH(a, F::kSigned, MOONCAKE_CALL)
+#undef MOONCAKE_CALL
+}
+
 void kquant_product(const Activations& a, const at::Tensor& raw, int64_t kind, float* y) {
   switch (kind) {
-    case 12: kquant_rows<K4Super<false>>(a, raw, y); break;
-    case 13: kquant_rows<K4Super<true>>(a, raw, y); break;
-    case 14: kquant_rows<Q6Super>(a, raw, y); break;
-    default: kquant_rows<IQ4XSSuper>(a, raw, y); break;
+    case 12: kquant_type<K4Super<false>>(a, raw, y); break;
+    case 13: kquant_type<K4Super<true>>(a, raw, y); break;
+    case 14: kquant_type<Q6Super>(a, raw, y); break;
+    default: kquant_type<IQ4XSSuper>(a, raw, y); break;
   }
 }
 

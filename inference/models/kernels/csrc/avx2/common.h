@@ -40,20 +40,62 @@ inline void store_bytes(int8_t* dst, const __m256i* ints) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bytes);
 }
 
+// Pair order, for 14-bit activations held as int16 and the levels widened to meet them: per 32 values the 16
+// whose index is 0 or 1 mod 4, then the 16 whose index is 2 or 3 mod 4. vpmaddwd over each half, added, then
+// puts values 4j..4j+3 in int32 lane j, as vpmaddubsw then vpmaddwd do for int8.
+//
+// 32 int32 (each within int16, in value order) stored as int16 in pair order: packing gives int16 pairs in
+// the order 0,1 2,3 8,9 10,11 4,5 6,7 12,13 14,15 (and 16 on), which one permute sorts into the two halves.
+inline void store_pairs(int16_t* dst, const __m256i* ints) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
+  const __m256i first = _mm256_permutevar8x32_epi32(_mm256_packs_epi32(ints[0], ints[1]), order);
+  const __m256i second = _mm256_permutevar8x32_epi32(_mm256_packs_epi32(ints[2], ints[3]), order);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute2x128_si256(first, second, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16), _mm256_permute2x128_si256(first, second, 0x31));
+}
+
+// 32 levels (bytes, in value order) as two int16 vectors in pair order; kSigned: the bytes are int8.
+template <bool kSigned>
+inline void expand_pairs(__m256i levels, __m256i* halves) {
+  const __m256i order = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  const __m256i grouped = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(levels, order), 0xD8);  // qwords 0,2,1,3
+  const __m128i first = _mm256_castsi256_si128(grouped), second = _mm256_extracti128_si256(grouped, 1);
+  halves[0] = kSigned ? _mm256_cvtepi8_epi16(first) : _mm256_cvtepu8_epi16(first);
+  halves[1] = kSigned ? _mm256_cvtepi8_epi16(second) : _mm256_cvtepu8_epi16(second);
+}
+
+// The int32 lanes of 32 int16 levels (pair order) times 32 14-bit activations (pair order).
+inline __m256i pair_dot(const __m256i* halves, const int16_t* x) {
+  return _mm256_add_epi32(
+      _mm256_madd_epi16(halves[0], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
+      _mm256_madd_epi16(halves[1], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
+}
+
 // Each row's values quantized per `block` (32 for the Q4/Q8_0 blocks, 256 for the K-quants' super-blocks),
-// rounded to nearest: to int8 (scale amax / 127), or "wide" to 14 bits (amax / 8191) held as two int8 halves,
-// high = floor(v / 128) in -64..63 and low = v - 128 * high in 0..127. Per block the scale and scale * sum of
-// levels (for the Q4 blocks' offsets); per 32 values the sum of levels (for the K-quants' minimums).
+// rounded to nearest: to int8 (scale amax / 127, in `q`), or "wide" to 14 bits (amax / 8191) held twice: as
+// two int8 halves, high = floor(v / 128) in -64..63 (`q`) and low = v - 128 * high in 0..127 (`low`), and,
+// for kWordRows rows or more, as int16 in pair order (`words`). Per block the scale and scale * sum
+// of levels (for the Q4 blocks' offsets); per 32 values the sum of levels (for the K-quants' minimums).
+// How a product meets 14-bit activations: signed levels (Q8_0, Q6_K, IQ4_XS) as int16 words from this many
+// rows on, where widening them once serves several rows; else as two int8 halves (unsigned levels meet
+// those in one vpmaddubsw each, and a single row does not repay the widening). Both give the same int32
+// lanes, so the choice never changes a result.
+constexpr int64_t kWordRows = 4;
+
+enum class Path { kInt8, kHalves, kWords };
+
 struct Activations {
   int64_t rows, k, block, blocks;
   bool wide;
   std::vector<int8_t> q, low;
+  std::vector<int16_t> words;
   std::vector<float> d, dsum;
   std::vector<int32_t> sums;
 
   Activations(const float* x, int64_t rows_, int64_t k_, int64_t block_, bool wide_)
       : rows(rows_), k(k_), block(block_), blocks(k_ / block_), wide(wide_), q(rows_ * k_),
-        low(wide_ ? rows_ * k_ : 0), d(rows_ * blocks), dsum(rows_ * blocks), sums(rows_ * k_ / kGroup) {
+        low(wide_ ? rows_ * k_ : 0), words(wide_ && rows_ >= kWordRows ? rows_ * k_ : 0), d(rows_ * blocks), dsum(rows_ * blocks), sums(rows_ * k_ / kGroup) {
     const float top = wide ? 8191.0f : 127.0f;
     const int64_t per_block = block / kGroup;
 #pragma omp parallel for schedule(static) if (rows * k >= 65536)
@@ -83,6 +125,7 @@ struct Activations {
           }
           store_bytes(low.data() + at, rest);
           store_bytes(q.data() + at, high);
+          if (!words.empty()) store_pairs(words.data() + at, ints);
         } else {
           store_bytes(q.data() + at, ints);
         }
@@ -90,6 +133,11 @@ struct Activations {
       d[b] = scale;
       dsum[b] = scale * static_cast<float>(total);
     }
+  }
+
+  // The path a product with levels of this signedness takes.
+  Path path(bool signed_levels) const {
+    return !wide ? Path::kInt8 : signed_levels && !words.empty() ? Path::kWords : Path::kHalves;
   }
 
   float value(int64_t i) const {

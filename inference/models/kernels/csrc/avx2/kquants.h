@@ -2,8 +2,10 @@
 // as llama.cpp does on AVX2: per 32 weights one vpmaddubsw (levels x activations, in int16 pairs) and one
 // vpmaddwd with the sub-block's scale, summed in int32 over the super-block; floating point enters once per
 // super-block and row (its d times the activations' scale), and the Q4_K/Q5_K minimums once more, as the
-// dot of the eight 6-bit minimums with the activations' eight 32-value sums. With 14-bit activations each
-// half takes the same path and the high one's sum is shifted by 7: every type's bound stays below 2^31.
+// dot of the eight 6-bit minimums with the activations' eight 32-value sums. 14-bit activations take that
+// path for each int8 half, the high one's sum shifted by 7, or (common.h's Path::kWords) meet the levels
+// widened to int16 and times their scale (at most 4096 in magnitude) in two vpmaddwd: every type's sum
+// stays below 2^31.
 #pragma once
 
 #include "common.h"
@@ -102,31 +104,44 @@ inline __m256i pairs(__m256i levels, __m256i x) {
 
 // One weight row against kRows activation rows starting at r0 (Activations with block 256): out[r]. Each
 // sub-block's levels and scales are loaded once for all kRows rows, whose int32 sums stay in registers.
-template <class F, int kRows>
+template <class F, Path kPath, int kRows>
 inline void super_row(const uint8_t* row, int64_t blocks, const Activations& a, int64_t r0, float* out) {
   __m256 acc[kRows];
   for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
   SuperBlock s;
-  const bool wide = a.wide;
   for (int64_t b = 0; b < blocks; ++b) {
     F::load(row + b * F::kBytes, s);
     __m256i high[kRows], low[kRows];
-    const int8_t* xq[kRows];
-    const int8_t* xl[kRows];
-    for (int r = 0; r < kRows; ++r) {
-      high[r] = low[r] = _mm256_setzero_si256();
-      xq[r] = a.q.data() + (r0 + r) * a.k + b * 256;
-      xl[r] = wide ? a.low.data() + (r0 + r) * a.k + b * 256 : nullptr;
-    }
-    for (int j = 0; j < 8; ++j) {
-      const __m256i levels = s.levels[j], scales = s.scales[j];
+    for (int r = 0; r < kRows; ++r) high[r] = low[r] = _mm256_setzero_si256();
+    if constexpr (kPath == Path::kWords) {
+      const int16_t* xw[kRows];
+      for (int r = 0; r < kRows; ++r) xw[r] = a.words.data() + (r0 + r) * a.k + b * 256;
+      for (int j = 0; j < 8; ++j) {
+        __m256i halves[2];
+        expand_pairs<F::kSigned>(s.levels[j], halves);
+        halves[0] = _mm256_mullo_epi16(halves[0], s.scales[j]);
+        halves[1] = _mm256_mullo_epi16(halves[1], s.scales[j]);
+        for (int r = 0; r < kRows; ++r) high[r] = _mm256_add_epi32(high[r], pair_dot(halves, xw[r] + 32 * j));
+      }
+    } else {
+      const int8_t* xq[kRows];
+      const int8_t* xl[kRows];
       for (int r = 0; r < kRows; ++r) {
-        high[r] = _mm256_add_epi32(high[r], _mm256_madd_epi16(pairs<F>(levels, load32(xq[r] + 32 * j)), scales));
-        if (wide) low[r] = _mm256_add_epi32(low[r], _mm256_madd_epi16(pairs<F>(levels, load32(xl[r] + 32 * j)), scales));
+        xq[r] = a.q.data() + (r0 + r) * a.k + b * 256;
+        xl[r] = kPath == Path::kHalves ? a.low.data() + (r0 + r) * a.k + b * 256 : nullptr;
+      }
+      for (int j = 0; j < 8; ++j) {
+        const __m256i levels = s.levels[j], scales = s.scales[j];
+        for (int r = 0; r < kRows; ++r) {
+          high[r] = _mm256_add_epi32(high[r], _mm256_madd_epi16(pairs<F>(levels, load32(xq[r] + 32 * j)), scales));
+          if (kPath == Path::kHalves)
+            low[r] = _mm256_add_epi32(low[r], _mm256_madd_epi16(pairs<F>(levels, load32(xl[r] + 32 * j)), scales));
+        }
       }
     }
     for (int r = 0; r < kRows; ++r) {
-      const __m256i dot = wide ? _mm256_add_epi32(_mm256_slli_epi32(high[r], 7), low[r]) : high[r];
+      const __m256i dot =
+          kPath == Path::kHalves ? _mm256_add_epi32(_mm256_slli_epi32(high[r], 7), low[r]) : high[r];
       const float dx = a.d[(r0 + r) * a.blocks + b];
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(s.d * dx), acc[r]);
       if (F::kMinimums) {
