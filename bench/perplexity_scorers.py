@@ -20,7 +20,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # Steps of at most 16 rows: on AVX-512 without AMX the default keeps a dense bf16 copy for larger
     # batches (prompts), so only this measures the blocks that decoding reads.
     "default-16rows": {"max_num_batched_tokens": 16, "max_num_seqs": 16},
-    "avx2": {"cpu_isa": "avx2"},  # the AVX2 path, fp32 over the file's blocks, 14-bit activations
+    # The AVX2 path, fp32 over the file's blocks, as shipped: int8 activations for Q4/Q8_0 blocks, 14 bits
+    # for K-quants (kquant_activations "auto").
+    "avx2": {"cpu_isa": "avx2"},
+    "avx2-int16": {"cpu_isa": "avx2", "kquant_activations": "int16"},  # 14 bits for every type
     "avx2-int8": {"cpu_isa": "avx2", "kquant_activations": "int8"},  # llama.cpp's activation numerics
     "dense-fp32": {"dtype": "float32"},  # an explicit float32 keeps dense dequantized weights
 }

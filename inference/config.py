@@ -155,7 +155,10 @@ class EngineConfig:
     gguf_kernels: bool = setting(True, "Read a GGUF's blocks as stored, where this CPU's kernel passes")
     gguf_amx_decode: bool = setting(False, "Q4/Q8_0 decoding rows on AMX tiles at every row count")
     kquant_activations: str = setting(
-        "int16", "K-quant rows: int16 or int8 (llama.cpp's) activations, or bf16", choices=KQUANT_ACTIVATIONS
+        "auto",
+        "Block kernels' activations: int16, int8 (llama.cpp's) or bf16; auto: on AVX2 int8 for a file of"
+        " Q4/Q8_0 blocks, int16 for one with K-quants (by measured perplexity); elsewhere int16",
+        choices=KQUANT_ACTIVATIONS,
     )
     # Without AMX the blocks' register batch path is several times slower than oneDNN's, hence the default.
     gguf_dense_copy: bool | None = setting(

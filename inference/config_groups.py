@@ -21,9 +21,11 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "flash_attn")
 # "gguf" is still read (inference.config's alias table).
 QUANTIZATIONS = ("none", "int4")
 QUANTIZATION_ALIASES = {"gguf": "int4"}  # old value -> its name now
-# How K-quant decoding rows meet a GGUF's blocks: activations to 14 or 8 bits per 256 values (integer dot
-# products; int8 is llama.cpp's numerics), or bf16 (the exact product of the dequantized weights).
-KQUANT_ACTIVATIONS = ("int16", "int8", "bf16")
+# How block kernels meet activations: quantized to 14 or 8 bits (integer dot products; int8 is llama.cpp's
+# numerics), or bf16 (AVX-512 K-quant decoding rows: the exact product of the dequantized weights). "auto":
+# on AVX2, int8 for a file of Q4_0/Q4_1/Q8_0 blocks and 14 bits for one with K-quants, as measured
+# perplexity allows (within llama.cpp's distance of an fp32 reference; README "Accuracy"); elsewhere int16.
+KQUANT_ACTIVATIONS = ("auto", "int16", "int8", "bf16")
 # The most a CPU's native kernels may use: "auto" all it has (AMX tiles, AVX512-BF16, AVX2), "avx512" no AMX
 # tiles (the Zen 4 / Ice Lake path, forced on an AMX CPU), "avx2" the AVX2 path (dtype auto is fp32), "none"
 # no native kernels at all (torch's own ops, as on a CPU without AVX2).
@@ -115,7 +117,7 @@ class CpuKernelConfig:
 
     gguf_kernels: bool = True  # read a GGUF's blocks as stored where a kernel for this CPU passes its check
     gguf_amx_decode: bool = False  # Q4/Q8_0 decoding rows on AMX tiles at every row count (else registers)
-    kquant_activations: str = "int16"  # how K-quant rows meet activations: KQUANT_ACTIVATIONS
+    kquant_activations: str = "auto"  # how block kernels meet activations: KQUANT_ACTIVATIONS
     # Keep a dense copy of the block-read projections, for prompts and large batches; None: the plan
     # decides (bf16: only where AMX tiles are not available; fp32 AVX2: never).
     gguf_dense_copy: bool | None = None

@@ -19,7 +19,7 @@ from inference.models.gguf.reader import GGUFFile
 from inference.models.layers.linear import Linear
 from inference.models.quantization.amx_tiles import TileMethod, pack_tiles
 from inference.models.quantization.base import DENSE, LinearMethod
-from inference.models.quantization.gguf.avx2 import load_avx2_kernel
+from inference.models.quantization.gguf.avx2 import Avx2Kernel, activations_for, load_avx2_kernel
 from inference.models.quantization.gguf.avx512 import Avx512Kernel, load_kernel
 from inference.models.quantization.gguf.embedding import BlockEmbedding
 from inference.models.quantization.gguf.formats import BlockMatrix, GGUFBlocks, Q4Blocks, read_blocks
@@ -100,7 +100,8 @@ def plan_linears(
             tiles=kernels.cpu_isa == "auto",
         )
     elif weights.blocks == "avx2":
-        kernel = load_avx2_kernel(cache, activations=kernels.kquant_activations, compiler=compiler)
+        activations = activations_for(kernels.kquant_activations, file_types(path))
+        kernel = load_avx2_kernel(cache, activations=activations, compiler=compiler)
     plan = LinearPlan(
         pack=weights.pack,
         tiles=weights.tiles,
@@ -109,7 +110,10 @@ def plan_linears(
         dense_copy=weights.dense_copy,
         embedding_blocks=weights.embedding_lookup,
     )
-    logger.info("CPU path: %s; weights: %s", cpu.path, weights.label)
+    activations_label = ""
+    if isinstance(kernel, Avx2Kernel):
+        activations_label = f"; activations: {'14-bit' if kernel.wide else 'int8'}"
+    logger.info("CPU path: %s; weights: %s%s", cpu.path, weights.label, activations_label)
     blocks = None
     if path.is_file() and (plan.int4 or kernel is not None):
         blocks = read_blocks(path, num_heads=num_heads, num_kv_heads=num_kv_heads)

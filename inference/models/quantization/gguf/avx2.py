@@ -3,12 +3,13 @@
 Such a CPU multiplies bf16 no faster than fp32, so there `dtype: auto` is fp32, and a dequantized GGUF would
 hold four bytes per weight: an 8B Q4_K_M file (4.9 GB) would take 32 GB. Instead every projection whose
 blocks the file stores in Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K or IQ4_XS keeps only those blocks, and every
-batch (decoding rows, prompt chunks) multiplies them with its activations quantized: to 14 bits by default,
-or to int8 as llama.cpp does on these CPUs (kquant_activations "int8"), one scale per 32 values for Q4/Q8_0
-blocks and per 256 for K-quants: the result is `quantized_input(x, wide, block) @ W.T` for gguf-py's
-dequantized W, summed in fp32 (the K-quants' super-blocks in exact int32 first). The bundled model's first
-16 greedy tokens agree with its fp32 reference on 3 of 8 prompts with int8 activations, on 8 of 8 with 14
-bits.
+batch (decoding rows, prompt chunks) multiplies them with its activations quantized, one scale per 32 values
+for Q4/Q8_0 blocks and per 256 for K-quants, to int8 as llama.cpp does on these CPUs or to 14 bits: the
+result is `quantized_input(x, wide, block) @ W.T` for gguf-py's dequantized W, summed in fp32 (the
+K-quants' super-blocks in exact int32 first). Which, by default, is measured (activations_for): int8 for a
+file of Q4_0/Q4_1/Q8_0 blocks, 14 bits for one with K-quants. The bundled model's first 16 greedy tokens
+agree with its fp32 reference on 3 of 8 prompts with int8 activations, on 8 of 8 with 14 bits; its
+perplexity stays nearer that reference than llama.cpp's either way.
 The library is built apart from the AVX512 one (kernels/build.py's AVX2_LIBRARY) and only taken for fp32
 models
 whose dtype was left to `auto`: an explicit float32 keeps the dense weights, whose outputs match an fp32
@@ -52,6 +53,17 @@ class Avx2Kernel:
         return self.linear(x, weight, bias)
 
 
+def activations_for(setting: str, tensor_types: frozenset[str] | None) -> str:
+    """The kquant_activations setting for one file: "auto" is int8 where its blocks are all Q4_0/Q4_1/Q8_0,
+    and 14 bits where it has K-quants. bench/perplexity.py measured int8 within llama.cpp's distance of the
+    fp32 reference for Q4_1 and Q8_0 files, but not for Q4_K_M or Q6_K ones (their Q4_0/Q5_0/Q8_0
+    fallbacks, for rows no multiple of 256, included)."""
+    if setting != "auto":
+        return setting
+    kquants = any(name.endswith("_K") or name.startswith("IQ") for name in tensor_types or ())
+    return "int16" if kquants else "int8"
+
+
 def quantized_input(x: torch.Tensor, wide: bool, block: int = 32) -> torch.Tensor:
     """x [rows, in] as the kernels see it: 14-bit or int8 levels times their scales, one per `block` values
     (32 for Q4_0/Q4_1/Q8_0 blocks, 256 for K-quant super-blocks), in fp32."""
@@ -62,8 +74,9 @@ def load_avx2_kernel(
     cache_dir: Path, *, activations: str = "int16", compiler: str = "c++"
 ) -> Avx2Kernel | None:
     """The kernel, built into `cache_dir` if needed and checked once per process; None (and a log line)
-    wherever it cannot or must not run here. `activations` is the kquant_activations setting: "int8" is
-    llama.cpp's int8; "int16" and "bf16" (which these CPUs do not multiply natively) take 14 bits."""
+    wherever it cannot or must not run here. `activations` is the kquant_activations setting (for a file:
+    activations_for): "int8" is llama.cpp's int8; "int16", "bf16" (which these CPUs do not multiply
+    natively) and "auto" before a file decides take 14 bits."""
     if not build.avx2_supported():
         logger.info("GGUF block kernels off: this CPU lacks AVX2")
         return None

@@ -101,6 +101,7 @@ def load_kernel(
     if not build.cpu_supported():
         logger.info("AVX512 GGUF block kernels off: this CPU lacks AVX512-BF16 or AVX512-VNNI")
         return None
+    activations = "int16" if activations == "auto" else activations
     return checked_kernel(
         ("avx512-blocks", amx and tiles, activations, tiles),
         lambda: Avx512Kernel(amx and tiles, int(torch.ops.mooncake_avx512.max_rows(amx)), activations, tiles),

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from inference.models.kernels import build as kernel_build
-from inference.models.quantization.gguf.avx2 import Avx2Kernel, agrees, load_avx2_kernel, quantized_input
+from inference.models.quantization.gguf.avx2 import (
+    Avx2Kernel,
+    activations_for,
+    agrees,
+    load_avx2_kernel,
+    quantized_input,
+)
 from inference.models.quantization.gguf.formats import (
     KQUANT_BYTES,
     BlockMatrix,
@@ -30,6 +36,17 @@ def kernel(request: pytest.FixtureRequest, test_cache_dir: Path) -> Avx2Kernel:
     loaded = load_avx2_kernel(test_cache_dir, activations="int16" if request.param else "int8")
     assert loaded is not None and loaded.wide is request.param
     return loaded
+
+
+def test_auto_activations_are_int8_for_a_file_of_q4_and_q8_0_blocks_and_14_bits_with_k_quants() -> None:
+    """As measured perplexity allows (README "Accuracy"); a setting by name is kept."""
+    assert activations_for("auto", frozenset({"Q4_1", "Q8_0", "F32"})) == "int8"  # the bundled model
+    assert activations_for("auto", frozenset({"Q8_0", "F32"})) == "int8"
+    assert activations_for("auto", frozenset({"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32"})) == "int16"
+    assert activations_for("auto", frozenset({"IQ4_XS", "Q8_0"})) == "int16"
+    assert activations_for("auto", None) == "int8"  # not a GGUF: no blocks to read
+    for setting in ("int8", "int16", "bf16"):
+        assert activations_for(setting, frozenset({"Q4_1"})) == setting
 
 
 def random_blocks(kind: str, out_features: int, in_features: int, seed: int = 0) -> BlockMatrix:
@@ -89,11 +106,15 @@ def test_the_quantized_input_is_within_half_a_step_and_the_product_within_its_er
     assert ((out - x.double() @ weights.T).abs() <= moved + slack).all()
 
 
-def test_a_row_gets_the_same_bits_alone_as_in_any_batch(kernel: Avx2Kernel) -> None:
-    blocks = random_blocks("Q6_K", 20, 512)
-    weight = decode_weight(blocks)
-    x = torch.randn(67, 512, generator=torch.Generator().manual_seed(2))
+@pytest.mark.parametrize("kind", TYPES)
+def test_a_row_gets_the_same_bits_alone_as_in_any_batch(kernel: Avx2Kernel, kind: str) -> None:
+    """From 4 rows on, signed levels meet 14-bit activations as int16 rather than as two int8 halves: the
+    int32 sums are the same integers, so no row count changes a row's bits (1-3, 4 and the 64-row passes)."""
+    weight = decode_weight(random_blocks(kind, 20, 512))
+    x = torch.randn(67, 512, generator=torch.Generator().manual_seed(2)) * 4
     together = kernel.linear(x, weight, None)
+    for rows in (1, 3, 4, 5):
+        assert torch.equal(kernel.linear(x[:rows], weight, None), together[:rows])
     for row in (0, 3, 64, 66):
         assert torch.equal(kernel.linear(x[row : row + 1], weight, None), together[row : row + 1])
     assert torch.equal(kernel.batch_linear(x, weight, None), together)

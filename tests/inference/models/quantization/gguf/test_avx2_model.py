@@ -1,7 +1,9 @@
 """End to end on a CPU without AVX512-BF16 (on one that has it, the test says it lacks it: the kernels use
 only AVX2): `dtype: auto` is fp32 there, and a GGUF's projections keep only their blocks, read as stored by
-csrc/avx2/blocks.cpp with 14-bit activations. The bundled Q4_1 model and its Q4_K_M requantization answer
-greedily as transformers does in fp32 with the same (dequantized) weights."""
+csrc/avx2/blocks.cpp. With 14-bit activations (K-quants by default, every type with `kquant_activations:
+int16`) the bundled Q4_1 model and its Q4_K_M requantization answer greedily as transformers does in fp32
+with the same (dequantized) weights; by default a file of Q4/Q8_0 blocks takes int8 activations, which its
+measured perplexity allows (bench/perplexity.py)."""
 
 from __future__ import annotations
 
@@ -65,16 +67,18 @@ def transformers_fp32(model_dir: Path, all_prompts: list[list[int]]) -> list[lis
 
 
 @pytest.mark.usefixtures("avx2_cpu")
-@pytest.mark.parametrize("which", ["Q4_1", "Q4_K_M"])
+@pytest.mark.parametrize(("which", "activations"), [("Q4_1", "int16"), ("Q4_K_M", "auto")])
 def test_a_gguf_keeps_only_its_blocks_and_answers_like_its_fp32_reference(
-    which: str, q4_k_m_file: Path, test_cache_dir: Path
+    which: str, activations: str, q4_k_m_file: Path, test_cache_dir: Path
 ) -> None:
     """Every projection reads its blocks at every batch size (the prompts' chunks too) and holds no dense
-    weight; the embedding looks its rows up in the tied head's blocks. Measured: 8 of 8 prompts' first 16
-    greedy tokens agree with transformers' fp32 model for both files (with llama.cpp's int8 activations,
-    3 and 4 of 8)."""
+    weight; the embedding looks its rows up in the tied head's blocks. Measured: with 14-bit activations
+    (the Q4_K_M file's default) 8 of 8 prompts' first 16 greedy tokens agree with transformers' fp32 model
+    for both files (with llama.cpp's int8 activations, 3 and 4 of 8)."""
     path = default_gguf_path() if which == "Q4_1" else q4_k_m_file
-    loaded = load_model(str(path), dtype="auto", device="cpu", cache_dir=test_cache_dir)
+    loaded = load_model(
+        str(path), dtype="auto", device="cpu", cache_dir=test_cache_dir, kquant_activations=activations
+    )
     assert loaded.dtype == torch.float32 and not loaded.avx512_kernels
     linears = [m for m in loaded.model.modules() if isinstance(m, Linear)]
     projections = [m for m in linears if isinstance(m.method, GGUFBlocksMethod)]
@@ -93,6 +97,26 @@ def test_a_gguf_keeps_only_its_blocks_and_answers_like_its_fp32_reference(
     reference = transformers_fp32(ensure_converted(path, test_cache_dir), prompts(loaded.tokenizer))
     agree = sum(a == b for a, b in zip(greedy(loaded), reference, strict=True))
     assert agree >= 6, f"{agree}/8 prompts agree with transformers in fp32 for {TOKENS} tokens"
+
+
+@pytest.mark.usefixtures("avx2_cpu")
+def test_the_bundled_models_default_takes_int8_activations(test_cache_dir: Path) -> None:
+    """A file of Q4_1 and Q8_0 blocks meets int8 activations by default (kquant_activations "auto"): the
+    answers are the int8 setting's, and not the 14-bit one's, whose first 16 tokens differ on some prompts."""
+    answers = {}
+    for activations in ("auto", "int8", "int16"):
+        loaded = load_model(
+            str(default_gguf_path()),
+            dtype="auto",
+            device="cpu",
+            cache_dir=test_cache_dir,
+            kquant_activations=activations,
+        )
+        head = loaded.model.tied_head
+        assert isinstance(head, GGUFBlocksMethod) and isinstance(head.kernel, Avx2Kernel)
+        assert head.kernel.wide is (activations == "int16")
+        answers[activations] = greedy(loaded)
+    assert answers["auto"] == answers["int8"] != answers["int16"]
 
 
 @pytest.mark.usefixtures("avx2_cpu")

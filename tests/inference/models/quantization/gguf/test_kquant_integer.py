@@ -127,6 +127,6 @@ def test_a_layer_decodes_in_integers_and_batches_through_the_bf16_tiles(kernel: 
 def test_the_setting_is_checked_where_it_is_written() -> None:
     from inference import EngineConfig
 
-    assert EngineConfig().kquant_activations == "int16"
+    assert EngineConfig().kquant_activations == "auto"
     with pytest.raises(ValueError, match="kquant_activations must be one of"):
         EngineConfig(kquant_activations="int4")
