@@ -19,17 +19,21 @@ struct SuperBlock {
   float d, neg_dmin;
 };
 
-// Q4_K/Q5_K's eight 6-bit (scale, minimum) pairs: ggml's get_scale_min_k4 for all at once, as int16 lanes.
+// Q4_K/Q5_K's eight 6-bit (scale, minimum) pairs, ggml's get_scale_min_k4 for all at once: four 32-bit
+// words hold the eight scales' bytes then the eight minimums', widened to int16 and int32 lanes.
 inline void k4_scales(const uint8_t* s, SuperBlock& out) {
-  uint8_t sc[8], m[8];
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 63;
-    m[j] = s[j + 4] & 63;
-    sc[j + 4] = (s[j + 8] & 0x0F) | ((s[j] >> 6) << 4);
-    m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-  }
-  for (int j = 0; j < 8; ++j) out.scales[j] = _mm256_set1_epi16(sc[j]);
-  out.minimums = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+  uint32_t w[4];
+  __builtin_memcpy(w, s, 12);
+  const uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, top2 = 0x03030303;
+  w[3] = ((w[2] >> 4) & low4) | (((w[1] >> 6) & top2) << 4);
+  const uint32_t minimums = w[1] & low6;
+  w[1] = (w[2] & low4) | (((w[0] >> 6) & top2) << 4);
+  w[2] = minimums;
+  w[0] &= low6;
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(bytes));
+  for (int j = 0; j < 8; ++j) out.scales[j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(0x0100 + 0x0202 * j));
+  out.minimums = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
 }
 
 template <bool kFifthBit>
@@ -62,7 +66,11 @@ struct Q6Super {  // {ql[128], qh[64], scales[16] int8, d}: W = d * sc16 * (q - 
   static constexpr bool kMinimums = false, kSigned = true;
   static void load(const uint8_t* block, SuperBlock& s) {
     s.d = half_at(block + 208);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
+    // The 16 int8 scales as int16, each 128-bit lane holding one half's eight: sub-block j's 32 values take
+    // scale 2j in their first 16 and 2j + 1 in the rest (one shuffle picks both).
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
+    const __m256i scales16[2] = {_mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc)),
+                                 _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc, 8)))};
     const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
     for (int half = 0; half < 2; ++half) {
       const __m256i ql0 = load32(block + 64 * half), ql1 = load32(block + 64 * half + 32);
@@ -74,7 +82,8 @@ struct Q6Super {  // {ql[128], qh[64], scales[16] int8, d}: W = d * sc16 * (q - 
         const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), three);
         const int j = 4 * half + t;
         s.levels[j] = _mm256_sub_epi8(_mm256_or_si256(lows[t], _mm256_slli_epi16(top, 4)), bias);
-        s.scales[j] = _mm256_set_m128i(_mm_set1_epi16(sc[8 * half + 2 * t + 1]), _mm_set1_epi16(sc[8 * half + 2 * t]));
+        const short first = static_cast<short>(0x0100 + 0x0202 * 2 * t), second = static_cast<short>(first + 0x0202);
+        s.scales[j] = _mm256_shuffle_epi8(scales16[half], _mm256_set_m128i(_mm_set1_epi16(second), _mm_set1_epi16(first)));
       }
     }
   }
