@@ -80,6 +80,9 @@ def test_a_send_loads_the_chats_model_showing_loading_then_the_reply(
     assert note is not None and note.inner_text().startswith("Loading smol-b")
     assert page.locator("#messages .msg-user").count() == 0  # saved once the model is ready
     page.wait_for_selector("#model-loading", state="detached", timeout=240_000)
+    # "Loaded" comes before the message is saved and the reply starts: wait for those, not only for idle.
+    page.wait_for_selector("#messages .msg-user", timeout=60_000)
+    page.wait_for_selector("#messages .msg-assistant.status-complete", timeout=240_000)
     wait_idle(page)
     assert page.locator("#messages .msg-user").count() == 1
     reply = page.locator("#messages .msg-assistant").last
