@@ -72,11 +72,6 @@ inline __m256i pair_dot(const __m256i* halves, const int16_t* x) {
       _mm256_madd_epi16(halves[1], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
 }
 
-// Each row's values quantized per `block` (32 for the Q4/Q8_0 blocks, 256 for the K-quants' super-blocks),
-// rounded to nearest: to int8 (scale amax / 127, in `q`), or "wide" to 14 bits (amax / 8191) held twice: as
-// two int8 halves, high = floor(v / 128) in -64..63 (`q`) and low = v - 128 * high in 0..127 (`low`), and,
-// for kWordRows rows or more, as int16 in pair order (`words`). Per block the scale and scale * sum
-// of levels (for the Q4 blocks' offsets); per 32 values the sum of levels (for the K-quants' minimums).
 // How a product meets 14-bit activations: signed levels (Q8_0, Q6_K, IQ4_XS) as int16 words from this many
 // rows on, where widening them once serves several rows; else as two int8 halves (unsigned levels meet
 // those in one vpmaddubsw each, and a single row does not repay the widening). Both give the same int32
@@ -85,6 +80,11 @@ constexpr int64_t kWordRows = 4;
 
 enum class Path { kInt8, kHalves, kWords };
 
+// Each row's values quantized per `block` (32 for the Q4/Q8_0 blocks, 256 for the K-quants' super-blocks),
+// rounded to nearest: to int8 (scale amax / 127, in `q`), or "wide" to 14 bits (amax / 8191) held twice: as
+// two int8 halves, high = floor(v / 128) in -64..63 (`q`) and low = v - 128 * high in 0..127 (`low`), and,
+// for kWordRows rows or more, as int16 in pair order (`words`). Per block the scale and scale * sum
+// of levels (for the Q4 blocks' offsets); per 32 values the sum of levels (for the K-quants' minimums).
 struct Activations {
   int64_t rows, k, block, blocks;
   bool wide;
@@ -95,7 +95,8 @@ struct Activations {
 
   Activations(const float* x, int64_t rows_, int64_t k_, int64_t block_, bool wide_)
       : rows(rows_), k(k_), block(block_), blocks(k_ / block_), wide(wide_), q(rows_ * k_),
-        low(wide_ ? rows_ * k_ : 0), words(wide_ && rows_ >= kWordRows ? rows_ * k_ : 0), d(rows_ * blocks), dsum(rows_ * blocks), sums(rows_ * k_ / kGroup) {
+        low(wide_ ? rows_ * k_ : 0), words(wide_ && rows_ >= kWordRows ? rows_ * k_ : 0), d(rows_ * blocks),
+        dsum(rows_ * blocks), sums(rows_ * k_ / kGroup) {
     const float top = wide ? 8191.0f : 127.0f;
     const int64_t per_block = block / kGroup;
 #pragma omp parallel for schedule(static) if (rows * k >= 65536)
