@@ -45,6 +45,9 @@ inline void dm_row(const DmBlocks<kQ8>& f, int64_t blocks, const Activations& a,
     offsets[r] = 0.0f;
   }
   for (int64_t b = 0; b < blocks; ++b) {
+    // Every 64 bytes of levels (Q4: 4 blocks, Q8_0: 2) and of scales (16 blocks).
+    if ((b & (kQ8 ? 1 : 3)) == 0) prefetch_ahead(f.levels + (kQ8 ? 32 : 16) * b, 1);
+    if ((b & 15) == 0) prefetch_ahead(f.dm + 2 * b, 1);
     const __m256i w = f.level(b);
     const float d = _cvtsh_ss(f.dm[2 * b]), m = kQ8 ? 0.0f : _cvtsh_ss(f.dm[2 * b + 1]);
     __m256i halves[2];

@@ -119,6 +119,7 @@ inline void super_row(const uint8_t* row, int64_t blocks, const Activations& a, 
   for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
   SuperBlock s;
   for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(row + b * F::kBytes, F::kBytes);
     F::load(row + b * F::kBytes, s);
     __m256i high[kRows], low[kRows];
     for (int r = 0; r < kRows; ++r) high[r] = low[r] = _mm256_setzero_si256();
