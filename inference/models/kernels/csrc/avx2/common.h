@@ -35,10 +35,7 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cas
 // weight rows in order, so a fixed distance in bytes lands on its next row when this one ends. Without it a
 // decoding row read 3.4-4.5 GB/s from DRAM on a 2-vCPU Intel Xeon (its prefetchers alone), as the AVX512
 // kernels did before theirs (docs/design/gguf-blocks.md).
-#ifndef MOONCAKE_AVX2_PREFETCH_BYTES
-#define MOONCAKE_AVX2_PREFETCH_BYTES 4096
-#endif
-constexpr int64_t kPrefetchBytes = MOONCAKE_AVX2_PREFETCH_BYTES;
+constexpr int64_t kPrefetchBytes = 4096;  // 2 and 8 KiB measured no better
 
 // The cache lines of [p + kPrefetchBytes, + bytes): one prefetch per 64 bytes, so a stream of such calls,
 // each starting where the last began plus at most 64 bytes, misses no line.
